@@ -1,0 +1,3 @@
+"""proctor: evaluate language models with reproducible protocols."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from proctor.cli import main
+
+sys.exit(main())

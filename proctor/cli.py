@@ -1,0 +1,214 @@
+"""The `proctor` command: parse options, call the library, print. No evaluation logic here."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional, Sequence
+
+from proctor.errors import UserError
+
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad option as one line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{message} (see `{self.prog} --help`)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
+    return value
+
+
+def _batch_size(text: str):
+    return "auto" if text == "auto" else _positive_int(text)
+
+
+def _specs(values: Sequence[str]) -> list[str]:
+    """`--tasks a,b c` -> ["a", "b", "c"], order kept, duplicates dropped."""
+    specs: list[str] = []
+    for value in values:
+        for spec in value.split(","):
+            spec = spec.strip()
+            if spec and spec not in specs:
+                specs.append(spec)
+    if not specs:
+        raise UserError("--tasks is empty; name at least one task spec (`proctor tasks` lists them)")
+    return specs
+
+
+def _data_dir(value: Optional[str]) -> Optional[Path]:
+    text = value or os.environ.get("PROCTOR_DATA_DIR")
+    if not text:
+        return None
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        source = "--data-dir" if value else "PROCTOR_DATA_DIR"
+        raise UserError(f"{source} {text!r} is not a directory; point it at a folder laid out like shared/data")
+    return path.resolve()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="proctor", description="Evaluate language models with reproducible protocols.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="evaluate a model on task specs")
+    run.add_argument("--model", default=DEFAULT_MODEL, help="HF hub id, local dir, .gguf file, or smollm2-135m")
+    run.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
+    run.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
+    run.add_argument("--batch-size", type=_batch_size, default="auto", help="rows per batch, or auto")
+    run.add_argument("--max-length", type=_positive_int, default=2048, help="context window in tokens")
+    run.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: cuda if available, else cpu")
+    run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    run.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
+    run.add_argument("--output", help="run directory (default: runs/<model>-<time>)")
+    run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    tasks = sub.add_parser("tasks", help="list task specs and suites")
+    tasks.add_argument("pattern", nargs="?", help="only specs containing this text (or matching this glob)")
+    tasks.add_argument("--data-dir", help="count items from this data directory")
+
+    prompts = sub.add_parser("prompts", help="write a spec's requests without loading a model")
+    prompts.add_argument("--tasks", nargs="+", required=True)
+    prompts.add_argument("--limit", type=_positive_int)
+    prompts.add_argument("--data-dir")
+    prompts.add_argument("--output", required=True)
+
+    verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
+    verify.add_argument("--data-dir")
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from proctor.backends.hf import load_backend
+    from proctor.engine import Engine
+    from proctor.engine.cache import ResultCache, default_cache_path
+    from proctor.evaluate import evaluate, plan, primary_scores
+    from proctor.outputs.atomic import staged_directory
+    from proctor.outputs.provenance import code_git_state, library_versions
+    from proctor.outputs.run_dir import write_run
+    from proctor.report import print_results
+
+    started = datetime.now(timezone.utc)
+    t0 = time.perf_counter()
+    specs = _specs(args.tasks)
+    data_dir = _data_dir(args.data_dir)
+    output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
+    evaluation = plan(specs, data_dir, args.limit)
+
+    backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
+    load_seconds = time.perf_counter() - t0
+    engine = Engine(
+        backend, batch_size=args.batch_size, cache=ResultCache(default_cache_path()), progress=not args.no_progress
+    )
+    evaluate(evaluation, engine)
+    scores = primary_scores(evaluation)
+    runs = list(evaluation.tasks.values())
+    warnings = [w for run in runs for w in run.warnings]
+    metrics = {
+        "primary_scores": scores,
+        "tasks": {
+            run.config.name: {
+                "task_config": asdict(run.config),
+                "num_instances": len(run.instances),
+                "primary_metric": run.config.primary_metric,
+                "primary_score": run.primary.mean,
+                "metrics": {k: {"mean": s.mean, "stderr": s.stderr} for k, s in run.metrics.items()},
+                "processing_time": run.seconds,
+                "warnings": run.warnings,
+            }
+            for run in runs
+        },
+        "model_config": {
+            "model": args.model,
+            "fingerprint": backend.fingerprint,
+            "dtype": str(backend.dtype),
+            "device": str(backend.device),
+            "max_length": args.max_length,
+            "batch_size": args.batch_size,
+        },
+        "run_config": {"tasks": specs, "limit": args.limit, "data_dir": str(data_dir) if data_dir else None},
+        "versions": library_versions(),
+        "git": code_git_state(),
+        "command": ["proctor", *sys.argv[1:]],
+        "warnings": warnings,
+        "timing": {
+            "started": started.isoformat(),
+            "finished": datetime.now(timezone.utc).isoformat(),
+            "total_seconds": time.perf_counter() - t0,
+            "model_load_seconds": load_seconds,
+        },
+    }
+    with staged_directory(output) as stage:
+        write_run(stage, runs, metrics, save_requests=args.save_requests)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print_results(scores, runs)
+    print(f"wrote {output}")
+    return 0
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from proctor.report import print_task_table
+    from proctor.tasks.registry import task_rows
+
+    print_task_table(task_rows(args.pattern, _data_dir(args.data_dir)))
+    return 0
+
+
+def cmd_prompts(args: argparse.Namespace) -> int:
+    from proctor.evaluate import plan
+    from proctor.outputs.atomic import staged_directory
+    from proctor.outputs.requests_file import request_rows
+    from proctor.outputs.run_dir import task_dir_name, write_jsonl
+
+    evaluation = plan(_specs(args.tasks), _data_dir(args.data_dir), args.limit)
+    output = Path(args.output)
+    with staged_directory(output) as stage:
+        for run in evaluation.tasks.values():
+            write_jsonl(stage / task_dir_name(run.config.name) / "requests.jsonl", request_rows(run.instances))
+    count = sum(len(run.instances) for run in evaluation.tasks.values())
+    print(f"wrote requests for {count} documents of {len(evaluation.tasks)} tasks to {output}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from proctor.verify import format_report, verify
+
+    data_dir = _data_dir(args.data_dir)
+    report = verify(data_dir)
+    print(format_report(report))
+    return 1 if report.errors else 0
+
+
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify": cmd_verify}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command](args)
+    except UserError as err:
+        print(f"proctor: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("proctor: interrupted; finished requests are cached, rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""One evaluation: task specs -> instances -> engine -> per-query records -> aggregates."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from proctor.engine import Engine
+from proctor.metrics import MeanStat, aggregate_docs, choice_score, score_multiple_choice, suite_scores
+from proctor.outputs.records import Prediction, QueryMetadata
+from proctor.requests import LoglikelihoodResult
+from proctor.tasks.base import Instance, Task, TaskConfig
+from proctor.tasks.registry import resolve
+
+DOC_METRICS = ("acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond")
+
+
+@dataclass
+class TaskRun:
+    """A task's instances, and once scored, its records and aggregates."""
+
+    config: TaskConfig
+    instances: list[Instance]
+    warnings: list[str] = field(default_factory=list)
+    predictions: list[Prediction] = field(default_factory=list)
+    sidecar: list[QueryMetadata] = field(default_factory=list)
+    metrics: dict[str, MeanStat] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def primary(self) -> MeanStat:
+        return self.metrics[self.config.primary_metric]
+
+
+@dataclass
+class SpecPlan:
+    """A spec as the user wrote it and the leaf tasks it expands to."""
+
+    spec: str
+    task_names: list[str]
+    is_suite: bool
+
+
+@dataclass
+class Plan:
+    specs: list[SpecPlan]
+    tasks: dict[str, TaskRun]   # leaf task name -> run, in first-seen order
+
+
+def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int]) -> Plan:
+    """Resolve specs and build every instance; all data errors surface here, before any model loads."""
+    spec_plans: list[SpecPlan] = []
+    runs: dict[str, TaskRun] = {}
+    for spec in specs:
+        tasks: list[Task] = resolve(spec)
+        names = [t.config.name for t in tasks]
+        spec_plans.append(SpecPlan(spec, names, is_suite=names != [spec]))
+        for task in tasks:
+            if task.config.name not in runs:
+                runs[task.config.name] = TaskRun(task.config, task.instances(data_dir, limit))
+    for run in runs.values():
+        run.warnings.extend(duplicate_native_id_warnings(run))
+    return Plan(spec_plans, runs)
+
+
+def duplicate_native_id_warnings(run: TaskRun) -> list[str]:
+    counts = Counter(inst.native_id for inst in run.instances)
+    repeated = sum(c - 1 for c in counts.values() if c > 1)
+    if not repeated:
+        return []
+    return [
+        f"{run.config.name}: {repeated} duplicate native_ids (the same native_id on more than one "
+        "doc_id); their query_ids are disambiguated by doc_id"
+    ]
+
+
+def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None:
+    """Fill a task run's predictions, sidecar rows and aggregates from engine results."""
+    primary_kind = run.config.primary_metric.removeprefix("acc_")
+    doc_metrics = []
+    for inst in run.instances:
+        unconds = [results[r.key] for r in inst.uncond_requests] or [None] * len(inst.continuations)
+        choices = [
+            choice_score(cont, results[req.key], unc)
+            for cont, req, unc in zip(inst.continuations, inst.requests, unconds)
+        ]
+        metrics = score_multiple_choice(choices, inst.label)
+        doc_metrics.append(metrics)
+        run.predictions.append(
+            Prediction(
+                query_id=inst.query_id,
+                doc_id=inst.doc_id,
+                native_id=inst.native_id,
+                metrics=metrics,
+                model_output=[c.to_dict() for c in choices],
+                label=inst.label,
+            )
+        )
+        predicted = metrics[f"predicted_index_{primary_kind}"]
+        run.sidecar.append(
+            QueryMetadata(
+                query_id=inst.query_id,
+                benchmark=inst.metadata.get("benchmark", run.config.benchmark),
+                subject=inst.metadata.get("subject"),
+                reasoning_type=inst.metadata.get("reasoning_type"),
+                is_correct=predicted == inst.label,
+                predicted_answer=inst.choices[predicted],
+                correct_answer=inst.choices[inst.label],
+                task=run.config.name,
+                doc_id=inst.doc_id,
+            )
+        )
+    run.metrics = aggregate_docs(doc_metrics, DOC_METRICS)
+
+
+def evaluate(evaluation: Plan, engine: Engine) -> None:
+    """Run every request of the plan through the engine once, then score each task."""
+    requests = [
+        req
+        for run in evaluation.tasks.values()
+        for inst in run.instances
+        for req in (*inst.requests, *inst.uncond_requests)
+    ]
+    started = time.perf_counter()
+    outputs = engine.run(requests)
+    by_key = {req.key: out for req, out in zip(requests, outputs)}
+    total_requests = max(len(requests), 1)
+    elapsed = time.perf_counter() - started
+    for run in evaluation.tasks.values():
+        t0 = time.perf_counter()
+        score_task(run, by_key)
+        own = sum(len(i.requests) + len(i.uncond_requests) for i in run.instances)
+        # Requests are batched across tasks, so model time is shared out by request count.
+        run.seconds = elapsed * own / total_requests + (time.perf_counter() - t0)
+
+
+def primary_scores(evaluation: Plan) -> dict[str, dict]:
+    """The headline number of each spec the user asked for (suite: macro of task primaries)."""
+    scores: dict[str, dict] = {}
+    for sp in evaluation.specs:
+        runs = [evaluation.tasks[name] for name in sp.task_names]
+        if sp.is_suite:
+            suite = suite_scores([r.primary for r in runs])
+            metric = runs[0].config.primary_metric
+            scores[sp.spec] = {"metric": metric, "score": suite["macro"], "stderr": suite["macro_stderr"], **suite}
+        else:
+            run = runs[0]
+            scores[sp.spec] = {
+                "metric": run.config.primary_metric,
+                "score": run.primary.mean,
+                "stderr": run.primary.stderr,
+                "num_instances": run.primary.count,
+            }
+    return scores

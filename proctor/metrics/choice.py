@@ -1,0 +1,80 @@
+"""Multiple-choice scoring by log-likelihood ranking, as OLMES defines it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
+
+from proctor.requests import LoglikelihoodResult
+
+
+@dataclass(frozen=True)
+class ChoiceScore:
+    """One choice's response and its normalisations (an OLMES `model_output` entry)."""
+
+    sum_logits: float
+    num_tokens: int
+    num_chars: int
+    num_bytes: int
+    is_greedy: bool
+    logits_per_token: float
+    logits_per_char: float
+    bits_per_byte: float
+    sum_logits_uncond: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        if self.sum_logits_uncond is None:
+            del out["sum_logits_uncond"]
+        return out
+
+
+def choice_score(
+    continuation: str, result: LoglikelihoodResult, uncond: Optional[LoglikelihoodResult] = None
+) -> ChoiceScore:
+    """Per-choice metrics; `num_chars` counts the continuation's leading space."""
+    num_chars = len(continuation)
+    num_bytes = len(continuation.encode("utf-8"))
+    return ChoiceScore(
+        sum_logits=result.sum_logits,
+        num_tokens=result.num_tokens,
+        num_chars=num_chars,
+        num_bytes=num_bytes,
+        is_greedy=result.is_greedy,
+        logits_per_token=result.sum_logits / max(result.num_tokens, 1),
+        logits_per_char=result.sum_logits / max(num_chars, 1),
+        bits_per_byte=-result.sum_logits / max(num_bytes, 1) / math.log(2),
+        sum_logits_uncond=None if uncond is None else uncond.sum_logits,
+    )
+
+
+def _argmax(values: Sequence[float]) -> int:
+    """Index of the largest value; ties go to the lowest index."""
+    best = 0
+    for i, v in enumerate(values):
+        if v > values[best]:
+            best = i
+    return best
+
+
+def score_multiple_choice(choices: Sequence[ChoiceScore], label: int) -> dict:
+    """Per-doc predictions and accuracies (OLMES `metrics` of a prediction line)."""
+    predicted = {
+        "raw": _argmax([c.sum_logits for c in choices]),
+        "per_token": _argmax([c.logits_per_token for c in choices]),
+        "per_char": _argmax([c.logits_per_char for c in choices]),
+        "per_byte": _argmax([-c.bits_per_byte for c in choices]),
+    }
+    if all(c.sum_logits_uncond is not None for c in choices):
+        predicted["uncond"] = _argmax([c.sum_logits - c.sum_logits_uncond for c in choices])
+    metrics: dict = {f"predicted_index_{k}": v for k, v in predicted.items()}
+    metrics["correct_choice"] = label
+    for k, v in predicted.items():
+        metrics[f"acc_{k}"] = float(v == label)
+    gold = choices[label]
+    metrics["sum_logits_corr"] = gold.sum_logits
+    metrics["logits_per_token_corr"] = gold.logits_per_token
+    metrics["logits_per_char_corr"] = gold.logits_per_char
+    metrics["bits_per_byte_corr"] = gold.bits_per_byte
+    return metrics

@@ -1,0 +1,1 @@
+"""Records and run outputs: atomic writes, predictions, requests, metrics, sidecar."""

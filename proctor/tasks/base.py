@@ -1,0 +1,94 @@
+"""What a task is: a config, a list of documents, and instances built from them."""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from proctor.requests import Loglikelihood
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """Everything that defines a task spec's protocol (recorded in metrics.json)."""
+
+    name: str                       # full spec, e.g. "mmlu_abstract_algebra:mc::olmes"
+    benchmark: str                  # sidecar `benchmark` column, e.g. "mmlu_stem", "socialiqa"
+    dataset_path: str               # hub dataset id, e.g. "cais/mmlu"
+    dataset_name: Optional[str]     # hub config, e.g. "abstract_algebra"
+    split: str                      # "test", "validation", or "all"
+    num_shots: int
+    primary_metric: str             # "acc_raw", "acc_per_char", "acc_uncond", ...
+    limit: Optional[float] = None   # the spec's own sampling limit (seed 1234), not --limit
+    fewshot_source: Optional[str] = None
+    subject: Optional[str] = None   # MMLU subject
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One document turned into work: the unit every record is keyed by (`query_id`)."""
+
+    query_id: str
+    task: str                                   # TaskConfig.name
+    doc_id: int                                 # position in the task's final doc list
+    native_id: Any                              # the dataset's own id (may repeat)
+    prompt: str                                 # full prompt text (context of each request)
+    choices: tuple[str, ...]                    # answer labels as shown: "A".. for MC, texts for RC
+    continuations: tuple[str, ...]              # " A".. or " " + text; one request each
+    label: int                                  # gold index into choices
+    uncond_context: Optional[str] = None        # RC: "Answer:" context for acc_uncond
+    metadata: dict = field(default_factory=dict)  # benchmark, subject, reasoning_type, ...
+
+    @property
+    def requests(self) -> tuple[Loglikelihood, ...]:
+        return tuple(Loglikelihood(self.prompt, c) for c in self.continuations)
+
+    @property
+    def uncond_requests(self) -> tuple[Loglikelihood, ...]:
+        if self.uncond_context is None:
+            return ()
+        return tuple(Loglikelihood(self.uncond_context, c) for c in self.continuations)
+
+
+def spec_sample(docs: list, limit: Optional[float]) -> list:
+    """The spec's own doc list: `random.Random(1234).sample` when a limit is smaller than the docs."""
+    if limit is None:
+        return docs
+    n = math.ceil(len(docs) * limit) if isinstance(limit, float) else int(limit)
+    if n >= len(docs):
+        return docs
+    return random.Random(1234).sample(docs, n)
+
+
+def assign_query_ids(task_name: str, native_ids: list) -> tuple[list[str], int]:
+    """Stable query ids `<task>#<native_id>`; repeated native ids get `@<doc_id>` on every copy.
+
+    Returns the ids and how many documents carried a repeated native id.
+    """
+    counts = Counter(native_ids)
+    ids = []
+    for doc_id, nid in enumerate(native_ids):
+        qid = f"{task_name}#{nid}"
+        ids.append(f"{qid}@{doc_id}" if counts[nid] > 1 else qid)
+    duplicates = sum(c - 1 for c in counts.values() if c > 1)
+    return ids, duplicates
+
+
+class Task(ABC):
+    """A task family module subclasses this; it knows where its data is and how a row reads."""
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+
+    @abstractmethod
+    def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """The spec's full document list, in order (after the spec's own sampling)."""
+
+    @abstractmethod
+    def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+        """Instances for the first `limit` docs of `docs()`; query ids computed over all docs."""
