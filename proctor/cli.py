@@ -95,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from proctor.backends.hf import load_backend
-    from proctor.engine import Engine
-    from proctor.engine.cache import ResultCache, default_cache_path
+    from proctor.backends.models import cache_root
+    from proctor.engine import Engine, ResultCache
     from proctor.evaluate import evaluate, plan, primary_scores
     from proctor.outputs.atomic import staged_directory
     from proctor.outputs.provenance import code_git_state, library_versions
@@ -113,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
     load_seconds = time.perf_counter() - t0
     engine = Engine(
-        backend, batch_size=args.batch_size, cache=ResultCache(default_cache_path()), progress=not args.no_progress
+        backend, batch_size=args.batch_size, cache=ResultCache(cache_root() / "results.sqlite"), progress=not args.no_progress
     )
     evaluate(evaluation, engine)
     scores = primary_scores(evaluation)

@@ -68,7 +68,10 @@ def spec_sample(docs: list, limit: Optional[float]) -> list:
 def assign_query_ids(task_name: str, native_ids: list) -> tuple[list[str], int]:
     """Stable query ids `<task>#<native_id>`; repeated native ids get `@<doc_id>` on every copy.
 
-    Returns the ids and how many documents carried a repeated native id.
+    Returns the ids and the number of duplicates: copies beyond the first of each repeated
+    native id (the seed's "167 duplicate query_ids" for socialiqa:mc::xlarge; there each
+    repeated id occurs exactly twice, once per split, so this also equals the number of
+    distinct repeated ids, while 334 docs carry one).
     """
     counts = Counter(native_ids)
     ids = []

@@ -1,0 +1,165 @@
+"""Hugging Face transformers backend: token rows in, continuation log-probs out.
+
+One forward pass per batch of right-padded rows. Only the positions some readout needs
+become logits and log-probs: for common architectures the decoder's hidden states are
+gathered at those positions before the LM head, so no [batch, length, vocab] tensor
+ever exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from proctor.backends.models import load_model
+from proctor.backends.sources import resolve_source
+from proctor.engine.plan import Row
+from proctor.errors import UserError
+from proctor.requests import LoglikelihoodResult
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+# Architectures whose CausalLM forward is exactly `lm_head(decoder(ids).last_hidden_state)`.
+_PLAIN_HEAD_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2",
+    "olmo3", "olmoe", "gpt_neox", "gpt2", "phi3", "smollm3", "starcoder2",
+})
+_CPU_TOKEN_BUDGET = 4096
+_HEAD_CHUNK = 2048  # positions per LM-head + log-softmax chunk
+
+
+def resolve_device(device: Optional[str]) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {device!r} requested but CUDA is not available here; use --device cpu")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"device {device!r} requested but MPS is not available here; use --device cpu")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or mps")
+    return dev
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        # bf16 matmuls on CPU are 10-100x slower than fp32 here
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
+    if dtype not in _DTYPES:
+        raise UserError(f"unknown dtype {dtype!r}; use auto, {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+class HFBackend:
+    """Scores engine rows with a transformers causal LM."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, identity: str, max_length: int = 2048):
+        if max_length < 1:
+            raise UserError(f"max length must be a positive integer, got {max_length}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.identity = identity
+        self.max_length = max_length
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        config = model.config
+        self.plain_head = (
+            getattr(config, "model_type", None) in _PLAIN_HEAD_TYPES
+            and getattr(config, "final_logit_softcapping", None) is None
+            and getattr(config, "logit_scale", None) is None
+        )
+        self.forward_calls = 0
+
+    @property
+    def fingerprint(self) -> str:
+        dtype = str(self.dtype).removeprefix("torch.")
+        return f"{self.identity}|dtype={dtype}|device={self.device.type}|max_length={self.max_length}"
+
+    def token_budget(self) -> int:
+        """Padded tokens per batch for batch_size="auto": fixed on CPU, by memory on GPUs."""
+        if self.device.type == "cuda":
+            gib = torch.cuda.get_device_properties(self.device).total_memory // (1 << 30)
+            return max(8192, min(131072, (gib // 10) * 8192))
+        return _CPU_TOKEN_BUDGET
+
+    @torch.inference_mode()
+    def score(self, rows: Sequence[Row]) -> list[tuple[LoglikelihoodResult, ...]]:
+        longest = max(len(r.tokens) for r in rows)
+        ids = torch.zeros((len(rows), longest), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
+
+        # unique (row, position) pairs: choices sharing a context read the same position
+        slots: dict[tuple[int, int], int] = {}
+        wanted: list[tuple[int, int]] = []  # (slot, target token) per scored token, in order
+        for i, row in enumerate(rows):
+            for readout in row.readouts:
+                for offset, token in enumerate(readout.tokens):
+                    slot = slots.setdefault((i, readout.start + offset), len(slots))
+                    wanted.append((slot, token))
+        logits = self._logits_at(ids.to(self.device), list(slots))
+        slot_idx = torch.tensor([w[0] for w in wanted], device=self.device)
+        targets = torch.tensor([w[1] for w in wanted], device=self.device)
+        logprobs, greedy = _score_slots(logits, slot_idx, targets)
+
+        out: list[tuple[LoglikelihoodResult, ...]] = []
+        at = 0
+        for row in rows:
+            results = []
+            for readout in row.readouts:
+                n = len(readout.tokens)
+                total = float(logprobs[at:at + n].sum())
+                results.append(LoglikelihoodResult(total, n, bool(greedy[at:at + n].all())))
+                at += n
+            out.append(tuple(results))
+        return out
+
+    def _logits_at(self, ids: torch.Tensor, slots: list[tuple[int, int]]) -> torch.Tensor:
+        """Logits [len(slots), vocab] at the given (row, position) pairs, from one forward."""
+        self.forward_calls += 1
+        rows = torch.tensor([s[0] for s in slots], device=ids.device)
+        positions = torch.tensor([s[1] for s in slots], device=ids.device)
+        # right padding + causal attention: real positions never see pads, so no mask (as lm-eval)
+        if self.plain_head:
+            hidden = self.model.get_decoder()(input_ids=ids).last_hidden_state
+            picked = hidden[rows, positions]
+            head = self.model.get_output_embeddings()
+            return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
+        keep, inverse = torch.unique(positions, return_inverse=True)
+        logits = self.model(input_ids=ids, logits_to_keep=keep).logits
+        return logits[rows, inverse]
+
+
+def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor, targets: torch.Tensor):
+    """Log-prob of each target at its slot (float32 log-softmax) and whether it is the argmax."""
+    logprobs = torch.empty(len(targets), dtype=torch.float32, device=logits.device)
+    greedy = torch.empty(len(targets), dtype=torch.bool, device=logits.device)
+    for i in range(0, len(targets), _HEAD_CHUNK):
+        s = slot_idx[i:i + _HEAD_CHUNK]
+        chunk = logits[s].float()
+        t = targets[i:i + _HEAD_CHUNK]
+        logprobs[i:i + _HEAD_CHUNK] = torch.log_softmax(chunk, dim=-1).gather(1, t[:, None]).squeeze(1)
+        greedy[i:i + _HEAD_CHUNK] = chunk.argmax(dim=-1) == t
+    return logprobs.cpu(), greedy.cpu()
+
+
+def load_backend(
+    model: str, *, device: Optional[str] = None, dtype: str = "auto", max_length: int = 2048
+) -> HFBackend:
+    """Load `model` (hub id, local dir, .gguf file, or alias like `smollm2-135m`)."""
+    if max_length < 1:
+        raise UserError(f"max length must be a positive integer, got {max_length}")
+    source = resolve_source(model)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    loaded = load_model(source, dtype=torch_dtype, device=dev)
+    return HFBackend(loaded.model, loaded.tokenizer, identity=loaded.identity, max_length=max_length)

@@ -1,0 +1,119 @@
+"""Load a transformers causal LM + tokenizer from a ModelSource; convert GGUF once and cache it.
+
+transformers de-quantizes a GGUF file on every load (~40 s for SmolLM2-135M) and refuses
+to `save_pretrained` such a model, so the first load copies its weights into a plain
+model built from the config and saves that (float32) under
+`$PROCTOR_CACHE_DIR/models/<name>-<sha256[:12]>`; later loads take about a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from proctor.backends.sources import ALIASES, ModelSource, directory_identity, file_sha256
+from proctor.errors import UserError
+
+_MARKER = "proctor-gguf.json"
+
+
+@dataclass
+class LoadedModel:
+    model: Any          # transformers PreTrainedModel, eval mode, on its device
+    tokenizer: Any      # transformers tokenizer
+    identity: str       # weights + tokenizer identity, independent of where they lie
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("PROCTOR_CACHE_DIR", Path.home() / ".cache" / "proctor")).expanduser()
+
+
+def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:
+    """Load weights in `dtype` onto `device`; any loading failure is a one-line UserError."""
+    if source.kind == "gguf":
+        sha = file_sha256(Path(source.location))
+        directory = converted_gguf_dir(Path(source.location), sha)
+        identity = f"gguf:{sha}"
+    elif source.kind == "dir":
+        directory = Path(source.location)
+        identity = f"dir:{directory_identity(directory)}"
+    else:
+        directory = _hub_snapshot(source.location)
+        identity = f"hub:{source.location}:{directory_identity(directory)}"
+    model, tokenizer = _from_pretrained(directory, dtype=dtype, device=device, shown=source.location)
+    return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
+
+
+def _from_pretrained(directory: Path, *, dtype: Any, device: Any, shown: str) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"cannot load model {shown}: {_first_line(e)}") from None
+    return model.to(device).eval(), tokenizer
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    """Download (or find in the hub cache) a repo's files; return the snapshot directory."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+    except Exception as e:  # the hub client raises many types (offline, 404, auth)
+        raise UserError(
+            f"cannot load model {repo_id!r} from the Hugging Face hub ({_first_line(e)}); "
+            f"pass a local directory, a .gguf file, or an alias ({', '.join(sorted(ALIASES))})"
+        ) from None
+    return Path(path)
+
+
+def converted_gguf_dir(gguf: Path, sha: str) -> Path:
+    """The cached plain-transformers copy of a GGUF model, converting it on first use."""
+    target = cache_root() / "models" / f"{gguf.stem}-{sha[:12]}"
+    if (target / _MARKER).is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        _convert_gguf(gguf, tmp)
+        (tmp / _MARKER).write_text(json.dumps({"gguf": str(gguf), "sha256": sha}) + "\n")
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / _MARKER).is_file():  # not a concurrent conversion that won
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        quantized = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
+        )
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        raise UserError(f"cannot load GGUF model {gguf}: {_first_line(e)}") from None
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

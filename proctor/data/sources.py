@@ -1,0 +1,64 @@
+"""Where a task's rows come from: an explicit local directory wins, else the hub."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Optional, Union
+
+from proctor.data import hub, local
+from proctor.data.readers import read_json
+from proctor.errors import UserError
+
+DATA_DIR_ENV = "PROCTOR_DATA_DIR"
+PathLike = Union[str, Path]
+
+
+def resolve_data_dir(data_dir: Optional[PathLike]) -> Optional[Path]:
+    """`data_dir` if given, else $PROCTOR_DATA_DIR, else None (meaning: the hub)."""
+    origin = "--data-dir"
+    if data_dir is None or str(data_dir) == "":
+        data_dir, origin = os.environ.get(DATA_DIR_ENV) or None, DATA_DIR_ENV
+    if data_dir is None:
+        return None
+    path = Path(data_dir).expanduser()
+    if not path.is_dir():
+        raise UserError(f"data directory {path} (from {origin}) does not exist or is not a "
+                        "directory; pass --data-dir DIR or set PROCTOR_DATA_DIR to a directory "
+                        "laid out like shared/data")
+    return path.resolve()
+
+
+def load_split(dataset: str, name: Optional[str], split: str,
+               data_dir: Optional[PathLike]) -> list[dict]:
+    """All rows of one split in dataset order, hub-shaped, from the local dir or the hub."""
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        return hub.load_hub_split(dataset, name, split)
+    loader = local.LOADERS.get(dataset)
+    if loader is None:
+        raise UserError(f"no local reader for dataset {dataset!r}; omit --data-dir to use the hub")
+    return loader(root, name, split)
+
+
+def fewshot_path(source: str, root: Path) -> Path:
+    return root / "fewshot" / (source.replace(":", "_") + ".json")
+
+
+def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict]:
+    """The first `k` entries of a few-shot list (`fewshot/<SOURCE>.json`, field `examples`)."""
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        raise UserError(f"few-shot examples {source!r} come from <data dir>/fewshot/, and no data "
+                        "directory was given; pass --data-dir DIR or set PROCTOR_DATA_DIR")
+    path = fewshot_path(source, root)
+    if not path.is_file():
+        raise UserError(f"few-shot list not found: {path} (needed for {source!r})")
+    obj = read_json(path)
+    examples = obj.get("examples") if isinstance(obj, dict) else None
+    if not isinstance(examples, list):
+        raise UserError(f"{path}: expected a JSON object with a list field 'examples'")
+    if len(examples) < k:
+        raise UserError(f"{path}: has {len(examples)} examples, the spec needs {k}")
+    return copy.deepcopy(examples[:k])

@@ -1,0 +1,77 @@
+"""Resume cache: finished loglikelihood results in SQLite, keyed by (fingerprint, request key).
+
+The fingerprint identifies the model, dtype, device type, max_length and tokenization
+policy; the request key identifies the work. The first stored result for a key wins
+(`INSERT OR IGNORE`), so a result once persisted never changes under a later run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from proctor.requests import LoglikelihoodResult
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS loglikelihood (
+    fingerprint TEXT NOT NULL,
+    key TEXT NOT NULL,
+    sum_logits REAL NOT NULL,
+    num_tokens INTEGER NOT NULL,
+    is_greedy INTEGER NOT NULL,
+    PRIMARY KEY (fingerprint, key)
+) WITHOUT ROWID
+"""
+_CHUNK = 500  # stays under SQLite's host-parameter limit
+
+
+class ResultCache:
+    """An SQLite file (WAL mode) shared by runs; safe to reopen after a kill."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(self.path), timeout=60)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+        self._db.commit()
+
+    def get_many(self, fingerprint: str, keys: Iterable[str]) -> dict[str, LoglikelihoodResult]:
+        keys = list(keys)
+        found: dict[str, LoglikelihoodResult] = {}
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i:i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(
+                f"SELECT key, sum_logits, num_tokens, is_greedy FROM loglikelihood "
+                f"WHERE fingerprint = ? AND key IN ({marks})",
+                [fingerprint, *chunk],
+            )
+            for key, sum_logits, num_tokens, is_greedy in rows:
+                found[key] = LoglikelihoodResult(sum_logits, num_tokens, bool(is_greedy))
+        return found
+
+    def put_many(self, fingerprint: str, results: Mapping[str, LoglikelihoodResult]) -> None:
+        """Store and commit in one transaction: after this returns the results survive a kill."""
+        with self._db:
+            self._db.executemany(
+                "INSERT OR IGNORE INTO loglikelihood VALUES (?, ?, ?, ?, ?)",
+                [(fingerprint, k, r.sum_logits, r.num_tokens, int(r.is_greedy)) for k, r in results.items()],
+            )
+
+    def count(self, fingerprint: str) -> int:
+        (n,) = self._db.execute(
+            "SELECT COUNT(*) FROM loglikelihood WHERE fingerprint = ?", (fingerprint,)
+        ).fetchone()
+        return n
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "ResultCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,113 @@
+"""The engine: dedupe, tokenize, group, batch, resume from cache, score, restore order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional, Sequence, Union
+
+from proctor.engine.cache import ResultCache
+from proctor.engine.plan import Batch, BatchLimits, partition, plan_rows
+from proctor.engine.progress import Progress
+from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
+from proctor.errors import UserError
+from proctor.requests import Loglikelihood, LoglikelihoodResult
+
+if TYPE_CHECKING:
+    from proctor.backends.base import Backend
+
+BatchSize = Union[int, str]
+
+
+@dataclass
+class EngineStats:
+    """What the last `run` did (for logs, metrics.json timing, and tests)."""
+
+    requests: int = 0          # as given, duplicates included
+    unique: int = 0            # after dedupe on request key
+    cached: int = 0            # unique requests answered by the cache
+    rows: int = 0              # model rows in the full plan
+    batches: int = 0           # batches in the full plan
+    batches_run: int = 0       # batches actually sent to the backend
+    tokens_run: int = 0        # real (unpadded) tokens sent to the backend
+
+
+def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
+    if batch_size == "auto":
+        return BatchLimits(max_tokens=backend.token_budget())
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch size must be 'auto' or a positive integer, got {batch_size!r}")
+    return BatchLimits(max_rows=batch_size)
+
+
+class Engine:
+    """Runs loglikelihood requests on a backend; results are aligned with the input."""
+
+    def __init__(
+        self,
+        backend: "Backend",
+        *,
+        batch_size: BatchSize = "auto",
+        cache: Optional[ResultCache] = None,
+        progress: bool = True,
+    ):
+        self.backend = backend
+        self.limits = batch_limits(batch_size, backend)
+        self.cache = cache
+        self.progress = progress
+        self.policy = TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
+        self.stats = EngineStats()
+
+    @property
+    def fingerprint(self) -> str:
+        """Cache-key prefix: the backend's identity plus the tokenization policy version."""
+        return f"{self.backend.fingerprint}|tokens={POLICY_VERSION}"
+
+    def plan(self, requests: Sequence[Loglikelihood]) -> list[Batch]:
+        """The deterministic batch partition of the deduplicated requests."""
+        unique = {r.key: r for r in requests}
+        windows = [(k, self.policy.window(r.context, r.continuation)) for k, r in unique.items()]
+        return partition(plan_rows(windows), self.limits)
+
+    def run(self, requests: Sequence[Loglikelihood]) -> list[LoglikelihoodResult]:
+        unique = {r.key: r for r in requests}
+        fingerprint = self.fingerprint
+        done: dict[str, LoglikelihoodResult] = (
+            self.cache.get_many(fingerprint, unique) if self.cache is not None else {}
+        )
+        self.stats = EngineStats(requests=len(requests), unique=len(unique), cached=len(done))
+        progress = Progress(len(unique), enabled=self.progress)
+        try:
+            if len(done) < len(unique):
+                # plan on the FULL request set so a resumed run cuts the same batches
+                batches = self.plan(list(unique.values()))
+                self.stats.rows = sum(len(b.rows) for b in batches)
+                self.stats.batches = len(batches)
+                progress.advance(len(done))
+                for batch in batches:
+                    keys = batch.keys
+                    if all(k in done for k in keys):
+                        continue
+                    fresh = self._score(batch)
+                    new = {k: r for k, r in fresh.items() if k not in done}
+                    if self.cache is not None:
+                        self.cache.put_many(fingerprint, new)
+                    done.update(new)
+                    progress.advance(len(new), batch.real_tokens)
+            else:
+                progress.advance(len(done))
+        finally:
+            progress.close()
+        return [done[r.key] for r in requests]
+
+    def _score(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
+        scored = self.backend.score([r.row for r in batch.rows])
+        if len(scored) != len(batch.rows):
+            raise RuntimeError(f"backend returned {len(scored)} rows for {len(batch.rows)}")
+        out: dict[str, LoglikelihoodResult] = {}
+        for planned, results in zip(batch.rows, scored):
+            if len(results) != len(planned.keys):
+                raise RuntimeError("backend returned the wrong number of readouts for a row")
+            out.update(zip(planned.keys, results))
+        self.stats.batches_run += 1
+        self.stats.tokens_run += batch.real_tokens
+        return out

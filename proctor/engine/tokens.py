@@ -1,0 +1,122 @@
+"""The one audited tokenization policy for loglikelihood requests (spec: olmes.md).
+
+It reproduces lm-evaluation-harness's HFLM (`TemplateLM.loglikelihood`, `_encode_pair`
+and the truncation in `_loglikelihood_tokens`) for causal models:
+
+- Trailing whitespace of the context moves to the front of the continuation.
+- `context + continuation` and `context` are encoded without special tokens (no BOS);
+  continuation tokens = whole[len(context_tokens):]. The model sees
+  context_tokens + continuation_tokens (NOT `whole`, which may merge across the boundary).
+- Empty context (e.g. unconditional scoring): as lm-eval, the continuation is encoded
+  alone and conditioned on the prefix token (BOS, or EOS when the tokenizer has no
+  BOS); when the continuation already starts with that token, its first token becomes
+  the context instead. A whitespace-only context (lm-eval asserts on it) is treated as
+  empty after its whitespace moved to the continuation.
+- Left truncation: input = (context + continuation)[-(max_length + 1):][:-1]; the
+  continuation is scored at the last len(continuation) input positions.
+
+Every backend and the in-loop path must tokenize through this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+# Bump when the policy's output could change; it is part of every resume-cache key.
+POLICY_VERSION = "olmes-1"
+
+
+class TextEncoder(Protocol):
+    """The slice of a Hugging Face tokenizer the policy needs."""
+
+    bos_token_id: Optional[int]
+    eos_token_id: Optional[int]
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class EncodedPair:
+    """Context and continuation tokens of one request, before truncation."""
+
+    context: tuple[int, ...]
+    continuation: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the model is fed for one request and where its continuation is read."""
+
+    inputs: tuple[int, ...]        # model input, at most max_length tokens
+    start: int                     # position whose next-token distribution scores targets[0]
+    targets: tuple[int, ...]       # the continuation tokens, scored at start, start+1, ...
+
+
+def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
+    """Move the context's trailing whitespace to the front of the continuation."""
+    stripped = context.rstrip()
+    n_spaces = len(context) - len(stripped)
+    if n_spaces == 0:
+        return context, continuation
+    return stripped, context[-n_spaces:] + continuation
+
+
+def prefix_token_id(tokenizer: TextEncoder) -> int:
+    """The token an empty context is replaced by (lm-eval's `prefix_token_id`)."""
+    token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if token is None:
+        raise ValueError("tokenizer has neither a BOS nor an EOS token to condition an empty context on")
+    return token
+
+
+def window(pair: EncodedPair, max_length: int) -> Window:
+    """Left-truncate context+continuation to `max_length` inputs, as lm-eval does."""
+    n_cont = len(pair.continuation)
+    if n_cont > max_length:
+        raise ValueError(f"continuation of {n_cont} tokens exceeds max_length={max_length}")
+    inputs = (pair.context + pair.continuation)[-(max_length + 1):][:-1]
+    return Window(inputs=inputs, start=len(inputs) - n_cont, targets=pair.continuation)
+
+
+class TokenizationPolicy:
+    """Encodes (context, continuation) pairs; memoizes context encodings (shared by choices)."""
+
+    def __init__(self, tokenizer: TextEncoder, *, max_length: int):
+        if max_length < 1:
+            raise ValueError(f"max_length must be positive, got {max_length}")
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        self.prefix_token_id = prefix_token_id(tokenizer)
+        self._contexts: dict[str, tuple[int, ...]] = {}
+
+    def _encode(self, text: str) -> tuple[int, ...]:
+        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _encode_context(self, context: str) -> tuple[int, ...]:
+        tokens = self._contexts.get(context)
+        if tokens is None:
+            tokens = self._contexts[context] = self._encode(context)
+        return tokens
+
+    def encode(self, context: str, continuation: str) -> EncodedPair:
+        context, continuation = split_trailing_space(context, continuation)
+        if context == "":
+            cont = self._encode(continuation)
+            if cont and cont[0] == self.prefix_token_id:
+                pair = EncodedPair(cont[:1], cont[1:])
+            else:
+                pair = EncodedPair((self.prefix_token_id,), cont)
+        else:
+            whole = self._encode(context + continuation)
+            ctx = self._encode_context(context)
+            pair = EncodedPair(ctx, whole[len(ctx):])
+        if not pair.continuation:
+            raise ValueError(f"continuation {continuation!r} encodes to no tokens after the context")
+        return pair
+
+    def window(self, context: str, continuation: str) -> Window:
+        return window(self.encode(context, continuation), self.max_length)
+
+    def windows(self, pairs: Sequence[tuple[str, str]]) -> list[Window]:
+        return [self.window(c, x) for c, x in pairs]

@@ -1,0 +1,1 @@
+"""Task specs, families and the registry (spec string -> Task objects)."""

@@ -1,0 +1,63 @@
+"""ARC Challenge / Easy (`allenai/ai2_arc`): OLMES MC/RC prompts, 3-5 options.
+
+Numeric answer keys "1".."5" (some NY Regents items) map to A..E as OLMES does; the
+gold index is the key's position in A..E. native_id = the ARC question id.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from proctor.data import load_fewshot, load_split
+from proctor.errors import UserError
+from proctor.tasks.base import TaskConfig
+from proctor.tasks.choice import ChoiceTask, Rendered
+from proctor.tasks.prompts import LETTERS, make_cloze_prompt, make_mcq_prompt
+
+DATASET = "allenai/ai2_arc"
+_NUM_TO_LETTER = {"1": "A", "2": "B", "3": "C", "4": "D", "5": "E"}
+_CONFIG = {"arc_challenge": "ARC-Challenge", "arc_easy": "ARC-Easy"}
+
+
+class ARCTask(ChoiceTask):
+    splits = ("test", "validation", "train")
+
+    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        return load_split(DATASET, self.config.dataset_name, split, data_dir)
+
+    def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        return load_fewshot(self.config.fewshot_source, self.config.num_shots, data_dir)
+
+    def native_id(self, row: dict, index: int) -> Any:
+        return row["id"]
+
+    def render(self, row: dict) -> Rendered:
+        options = tuple(row["choices"]["text"])
+        key = _NUM_TO_LETTER.get(row["answerKey"], row["answerKey"])
+        if key not in LETTERS[: len(options)]:
+            raise UserError(f"ARC item {row.get('id')!r}: answer key {row['answerKey']!r} does not "
+                            f"name one of its {len(options)} options")
+        text = make_mcq_prompt(row["question"], options) if self.is_mc else make_cloze_prompt(row["question"])
+        return Rendered(text=text, options=options, gold=LETTERS.index(key))
+
+
+def configs() -> dict[str, TaskConfig]:
+    out = {}
+    for task, config_name in _CONFIG.items():
+        rc_metric = "acc_uncond" if task == "arc_challenge" else "acc_per_char"
+        olmes_limit = 1000 if task == "arc_easy" else None
+        for fmt, variant, split, limit, metric in (
+            ("mc", "olmes", "test", olmes_limit, "acc_raw"),
+            ("rc", "olmes", "test", olmes_limit, rc_metric),
+            ("mc", "xlarge", "all", None, "acc_raw"),
+        ):
+            name = f"{task}:{fmt}::{variant}"
+            out[name] = TaskConfig(name=name, benchmark=task, dataset_path=DATASET,
+                                   dataset_name=config_name, split=split, num_shots=5,
+                                   primary_metric=metric, limit=limit,
+                                   fewshot_source=f"OLMES:{config_name}")
+    return out
+
+
+TASK_CLASS = ARCTask

@@ -1,0 +1,124 @@
+"""The shape every OLMES multiple-choice family shares: rows → docs → instances.
+
+A family module only says where its rows are and how one row reads (`render`); this
+class does the protocol: split order, seeded sampling, query ids, few-shot prefix,
+MC/RC continuations and the unconditioned context.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from proctor.errors import UserError
+from proctor.tasks.base import Instance, Task, assign_query_ids, spec_sample
+from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, shot_block
+from proctor.tasks.spec import spec_format
+
+# OLMES order for split="all": test, then validation, then train (those the task has).
+ALL_SPLITS_ORDER = ("test", "validation", "train")
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One row in protocol terms: the doc's prompt text, its answer options, the gold index."""
+
+    text: str
+    options: tuple[str, ...]     # answer texts, in order
+    gold: int
+
+
+class ChoiceTask(Task):
+    """Loglikelihood ranking over answer options, MC (letters) or RC (answer texts)."""
+
+    #: labelled splits this family has, a subset of ALL_SPLITS_ORDER
+    splits: tuple[str, ...] = ("test",)
+
+    @property
+    def is_mc(self) -> bool:
+        return spec_format(self.config.name) == "mc"
+
+    # ---- what a family provides -------------------------------------------------
+
+    @abstractmethod
+    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Hub-shaped rows of one split, in dataset order."""
+
+    @abstractmethod
+    def render(self, row: dict) -> Rendered:
+        """How a row reads under this task's format (`self.is_mc`)."""
+
+    @abstractmethod
+    def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """The first `num_shots` few-shot rows, in order."""
+
+    def description(self) -> str:
+        return ""
+
+    def native_id(self, row: dict, index: int) -> Any:
+        """The dataset's own id; default: row index within its split."""
+        return index
+
+    def row_metadata(self, row: dict) -> dict:
+        return {}
+
+    # ---- the protocol -----------------------------------------------------------
+
+    def eval_splits(self) -> tuple[str, ...]:
+        if self.config.split == "all":
+            return tuple(s for s in ALL_SPLITS_ORDER if s in self.splits)
+        return (self.config.split,)
+
+    def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Rows of the eval splits in order, each with `native_id` and `split`, then sampled."""
+        docs = []
+        for split in self.eval_splits():
+            for i, row in enumerate(self.split_rows(data_dir, split)):
+                docs.append({**row, "native_id": self.native_id(row, i), "split": split})
+        return spec_sample(docs, self.config.limit)
+
+    def query_ids(self, data_dir: Optional[Path]) -> tuple[list[str], int]:
+        """Query ids over the full doc list and how many docs repeat an earlier native id."""
+        return assign_query_ids(self.config.name, [d["native_id"] for d in self.docs(data_dir)])
+
+    def labels(self, rendered: Rendered) -> tuple[str, ...]:
+        """What the model chooses between: letters for MC, the answer texts for RC."""
+        if self.is_mc:
+            return tuple(LETTERS[: len(rendered.options)])
+        return rendered.options
+
+    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+        """Description plus few-shot block: the part every doc's prompt starts with."""
+        shots = []
+        for row in self.fewshot_rows(data_dir)[: self.config.num_shots]:
+            r = self.render(row)
+            shots.append(shot_block(r.text, self.labels(r)[r.gold]))
+        return fewshot_prefix(self.description(), shots)
+
+    def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise UserError(f"--limit must be a positive integer, got {limit!r}")
+        docs = self.docs(data_dir)
+        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
+        prefix = self.prompt_prefix(data_dir) if self.config.num_shots else self.description()
+        out = []
+        for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids)):
+            r = self.render(doc)
+            labels = self.labels(r)
+            out.append(Instance(
+                query_id=qid,
+                task=self.config.name,
+                doc_id=doc_id,
+                native_id=doc["native_id"],
+                prompt=prefix + r.text,
+                choices=labels,
+                continuations=tuple(" " + c for c in labels),
+                label=r.gold,
+                uncond_context=None if self.is_mc else UNCOND_CONTEXT,
+                metadata={"benchmark": self.config.benchmark, "subject": self.config.subject,
+                          "reasoning_type": None, "split": doc["split"],
+                          **self.row_metadata(doc)},
+            ))
+        return out

@@ -1,0 +1,179 @@
+"""Spec registry: every task spec and suite, resolution, and the `proctor tasks` listing."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional
+
+from proctor.errors import UserError
+from proctor.tasks import arc, hellaswag, mmlu, socialiqa
+from proctor.tasks.base import Task, TaskConfig
+from proctor.tasks.counts import official_item_count
+from proctor.tasks.spec import parse_spec
+
+__all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
+           "leaf_specs", "task_config", "task_rows"]
+
+_FAMILIES = (mmlu, socialiqa, arc, hellaswag)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A named group of specs. Primary score: `macro` = unweighted mean of the leaf task
+    scores; `micro` (mean weighted by instance counts) is reported beside it."""
+
+    name: str
+    members: tuple[str, ...]                  # direct members (task specs or suites)
+    aggregations: tuple[str, ...] = ("macro", "micro")
+    primary: str = "macro"
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One line of `proctor tasks`."""
+
+    spec: str
+    kind: str                   # "task" or "suite"
+    split: str
+    shots: int
+    primary_metric: str
+    items: Optional[int]
+    items_source: str           # "data" (counted from the data dir) or "official"
+
+
+@lru_cache(maxsize=1)
+def _tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
+    out = {}
+    for family in _FAMILIES:
+        for name, config in family.configs().items():
+            out[name] = (family.TASK_CLASS, config)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _suites() -> dict[str, Suite]:
+    out = {}
+    for fmt in ("mc", "rc"):
+        for category, subjects in mmlu.CATEGORIES.items():
+            name = f"{category}:{fmt}::olmes"
+            out[name] = Suite(name, tuple(f"mmlu_{s}:{fmt}::olmes" for s in subjects))
+        out[f"mmlu:{fmt}::olmes"] = Suite(
+            f"mmlu:{fmt}::olmes", tuple(f"{c}:{fmt}::olmes" for c in mmlu.CATEGORIES))
+    return out
+
+
+def all_specs() -> list[str]:
+    return sorted(_tasks())
+
+
+def all_suites() -> list[Suite]:
+    return [s for _, s in sorted(_suites().items())]
+
+
+def suite(spec: str) -> Optional[Suite]:
+    return _suites().get(spec.strip())
+
+
+def _unknown(spec: str) -> UserError:
+    names = list(_tasks()) + list(_suites())
+    close = difflib.get_close_matches(spec, names, n=1, cutoff=0.75)
+    if not close:  # "socialiqa" or "socialiqa:mc": offer the full specs it starts
+        close = sorted(n for n in names if n.startswith(spec + ":"))[:3]
+    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    return UserError(f"unknown task spec {spec!r}; {hint}(`proctor tasks` lists all)")
+
+
+def leaf_specs(spec: str) -> list[str]:
+    """The task specs a spec stands for (a suite expanded recursively, order kept, no repeats)."""
+    spec = spec.strip()
+    parse_spec(spec)
+    if spec in _tasks():
+        return [spec]
+    s = _suites().get(spec)
+    if s is None:
+        raise _unknown(spec)
+    out: list[str] = []
+    for member in s.members:
+        out.extend(x for x in leaf_specs(member) if x not in out)
+    return out
+
+
+def task_config(spec: str) -> TaskConfig:
+    spec = spec.strip()
+    if spec not in _tasks():
+        raise _unknown(spec)
+    return _tasks()[spec][1]
+
+
+def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
+    """Task objects for a spec (a suite expands to its leaf tasks); optional shots override."""
+    tasks = []
+    for name in leaf_specs(spec):
+        cls, config = _tasks()[name]
+        if num_shots is not None:
+            if num_shots < 0:
+                raise UserError(f"--num-shots must be >= 0, got {num_shots}")
+            config = dataclasses.replace(config, num_shots=num_shots)
+        tasks.append(cls(config))
+    return tasks
+
+
+def _count(config: TaskConfig, data_dir: Optional[Path]) -> tuple[Optional[int], str]:
+    if data_dir is not None:
+        cls, _ = _tasks()[config.name]
+        try:
+            return len(cls(config).docs(data_dir)), "data"
+        except UserError:
+            pass  # e.g. hellaswag train is not stored locally: fall back to the official size
+    return official_item_count(config), "official"
+
+
+def _matches(name: str, pattern: Optional[str]) -> bool:
+    if not pattern:
+        return True
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
+def task_rows(pattern: Optional[str] = None, data_dir: Optional[Path] = None) -> list[TaskRow]:
+    """Rows for `proctor tasks [pattern]`: suites first, then tasks, each sorted by name.
+
+    `pattern` is a glob when it has *, ? or [, else a substring.
+    """
+    counts: dict[str, tuple[Optional[int], str]] = {}
+
+    def count(name: str) -> tuple[Optional[int], str]:
+        if name not in counts:
+            counts[name] = _count(_tasks()[name][1], data_dir)
+        return counts[name]
+
+    rows = []
+    for s in all_suites():
+        if not _matches(s.name, pattern):
+            continue
+        leaves = [_tasks()[n][1] for n in leaf_specs(s.name)]
+        items = [count(c.name) for c in leaves]
+        total = None if any(n is None for n, _ in items) else sum(n for n, _ in items)
+        source = "data" if all(src == "data" for _, src in items) else "official"
+        splits = {c.split for c in leaves}
+        shots = {c.num_shots for c in leaves}
+        metrics = {c.primary_metric for c in leaves}
+        rows.append(TaskRow(
+            spec=s.name, kind="suite", split=splits.pop() if len(splits) == 1 else "mixed",
+            shots=shots.pop() if len(shots) == 1 else -1,
+            primary_metric=f"{s.primary}({metrics.pop() if len(metrics) == 1 else 'mixed'})",
+            items=total, items_source=source))
+    for name in all_specs():
+        if not _matches(name, pattern):
+            continue
+        config = _tasks()[name][1]
+        n, source = count(name)
+        rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=config.num_shots,
+                            primary_metric=config.primary_metric, items=n, items_source=source))
+    return rows

@@ -1,0 +1,56 @@
+"""SocialIQA (`allenai/social_i_qa`): OLMES MC/RC prompts, ATOMIC reasoning types.
+
+Specs (OLMES task configs): `:mc::olmes` / `:rc::olmes` = validation, 1,000 docs
+sampled with seed 1234, primary acc_raw / acc_per_char; `:mc::xlarge` = validation
+then train (35,364 docs), 10,000 sampled, acc_raw. native_id = row index within its
+own split, so xlarge repeats native ids (query ids disambiguate by doc_id).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from proctor.data import load_fewshot, load_split
+from proctor.tasks.atomic import reasoning_type
+from proctor.tasks.base import TaskConfig
+from proctor.tasks.choice import ChoiceTask, Rendered
+from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
+
+DATASET = "allenai/social_i_qa"
+FEWSHOT = "OLMES:social_i_qa"
+
+
+class SocialIQATask(ChoiceTask):
+    splits = ("validation", "train")
+
+    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        return load_split(DATASET, None, split, data_dir)
+
+    def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        return load_fewshot(FEWSHOT, self.config.num_shots, data_dir)
+
+    def render(self, row: dict) -> Rendered:
+        question = row["context"] + " " + row["question"]
+        options = (row["answerA"], row["answerB"], row["answerC"])
+        text = make_mcq_prompt(question, options) if self.is_mc else make_cloze_prompt(question)
+        return Rendered(text=text, options=options, gold=int(row["label"]) - 1)
+
+    def row_metadata(self, row: dict) -> dict:
+        return {"reasoning_type": reasoning_type(row["question"], row["context"])}
+
+
+def configs() -> dict[str, TaskConfig]:
+    def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
+        return TaskConfig(name=name, benchmark="socialiqa", dataset_path=DATASET, dataset_name=None,
+                          split=split, num_shots=5, primary_metric=metric, limit=limit,
+                          fewshot_source=FEWSHOT)
+
+    return {
+        "socialiqa:mc::olmes": cfg("socialiqa:mc::olmes", "validation", 1000, "acc_raw"),
+        "socialiqa:rc::olmes": cfg("socialiqa:rc::olmes", "validation", 1000, "acc_per_char"),
+        "socialiqa:mc::xlarge": cfg("socialiqa:mc::xlarge", "all", 10000, "acc_raw"),
+    }
+
+
+TASK_CLASS = SocialIQATask

@@ -1,0 +1,22 @@
+"""Spec strings: `task:format::variant` (e.g. `mmlu_stem:mc::olmes`)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from proctor.errors import UserError
+
+
+def parse_spec(spec: str) -> tuple[str, Optional[str], Optional[str]]:
+    """Split a spec into (task, format, variant); format/variant are None when absent."""
+    text = spec.strip()
+    left, sep, variant = text.partition("::")
+    task, _, fmt = left.partition(":")
+    if not task or (sep and not variant) or ":" in variant or ":" in fmt:
+        raise UserError(f"malformed task spec {spec!r}; expected task:format::variant, "
+                        "e.g. mmlu_stem:mc::olmes")
+    return task, fmt or None, variant or None
+
+
+def spec_format(spec: str) -> Optional[str]:
+    return parse_spec(spec)[1]

@@ -1,0 +1,61 @@
+"""Real runs of `proctor run` / `proctor prompts` on the embedded SmolLM2 model and real data."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from proctor.cli import main
+
+
+@pytest.fixture(scope="module")
+def real_run(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("e2e") / "run"
+    code = main([
+        "run", "--model", "smollm2-135m",
+        "--tasks", "mmlu_astronomy:mc::olmes,arc_easy:rc::olmes",
+        "--limit", "6", "--data-dir", str(data_dir), "--output", str(out),
+        "--save-requests", "--no-progress",
+    ])
+    assert code == 0
+    return out
+
+
+def test_run_directory_has_every_record(real_run):
+    metrics = json.loads((real_run / "metrics.json").read_text())
+    assert set(metrics["primary_scores"]) == {"mmlu_astronomy:mc::olmes", "arc_easy:rc::olmes"}
+    mmlu = metrics["tasks"]["mmlu_astronomy:mc::olmes"]
+    assert mmlu["num_instances"] == 6 and mmlu["primary_metric"] == "acc_raw"
+    assert 0.0 <= mmlu["primary_score"] <= 1.0
+    assert set(metrics["tasks"]["arc_easy:rc::olmes"]["metrics"]) >= {"acc_raw", "acc_per_char", "acc_uncond"}
+    assert metrics["versions"]["torch"] and metrics["model_config"]["fingerprint"]
+    assert metrics["model_config"]["dtype"].endswith("float32")
+
+    preds = [json.loads(l) for l in (real_run / "mmlu_astronomy-mc-olmes" / "predictions.jsonl").open()]
+    assert [p["doc_id"] for p in preds] == list(range(6))
+    first = preds[0]
+    assert set(first) >= {"query_id", "doc_id", "native_id", "metrics", "model_output", "label"}
+    assert len(first["model_output"]) == 4
+    assert all(o["num_tokens"] == 1 and o["sum_logits"] < 0 for o in first["model_output"])
+
+    requests = [json.loads(l) for l in (real_run / "arc_easy-rc-olmes" / "requests.jsonl").open()]
+    assert any(r["uncond"] and r["request"]["context"] == "Answer:" for r in requests)
+
+    sidecar = pq.read_table(real_run / "query_metadata.parquet").to_pylist()
+    assert len(sidecar) == 12
+    assert len({r["query_id"] for r in sidecar}) == 12
+    by_qid = {p["query_id"]: p for p in preds}
+    for row in sidecar:
+        if row["task"] == "mmlu_astronomy:mc::olmes":
+            pred = by_qid[row["query_id"]]
+            assert row["is_correct"] == bool(pred["metrics"]["acc_raw"])
+            assert row["subject"] == "astronomy" and row["benchmark"] == "mmlu_stem"
+            assert row["correct_answer"] in "ABCD"
+
+
+def test_prompts_writes_the_same_requests_without_a_model(real_run, data_dir, tmp_path):
+    out = tmp_path / "prompts"
+    assert main(["prompts", "--tasks", "arc_easy:rc::olmes", "--limit", "6", "--data-dir", str(data_dir), "--output", str(out)]) == 0
+    assert (out / "arc_easy-rc-olmes" / "requests.jsonl").read_text() == (
+        real_run / "arc_easy-rc-olmes" / "requests.jsonl"
+    ).read_text()

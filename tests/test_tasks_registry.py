@@ -1,0 +1,116 @@
+"""Spec parsing, suites, resolution, listing and counts."""
+
+import dataclasses
+
+import pytest
+
+from proctor.errors import UserError
+from proctor.tasks import registry
+from proctor.tasks.counts import MMLU_TEST
+from proctor.tasks.mmlu import CATEGORIES, SUBJECTS
+from proctor.tasks.registry import (all_specs, all_suites, leaf_specs, parse_spec, resolve, suite,
+                                    task_rows)
+
+
+def test_parse_spec():
+    assert parse_spec("mmlu_stem:mc::olmes") == ("mmlu_stem", "mc", "olmes")
+    assert parse_spec("gsm8k::olmo3:n8:v2".replace(":n8:v2", "")) == ("gsm8k", None, "olmo3")
+    assert parse_spec("socialiqa") == ("socialiqa", None, None)
+    with pytest.raises(UserError, match="malformed task spec"):
+        parse_spec("a:b::")
+
+
+def test_all_specs():
+    specs = all_specs()
+    assert len(SUBJECTS) == 57
+    for s in SUBJECTS:
+        assert f"mmlu_{s}:mc::olmes" in specs and f"mmlu_{s}:rc::olmes" in specs
+    for s in ("socialiqa:mc::xlarge", "socialiqa:mc::olmes", "socialiqa:rc::olmes",
+              "arc_challenge:mc::olmes", "arc_challenge:rc::olmes", "arc_challenge:mc::xlarge",
+              "arc_easy:mc::olmes", "arc_easy:rc::olmes", "arc_easy:mc::xlarge",
+              "hellaswag:rc::olmes", "hellaswag:rc::xlarge"):
+        assert s in specs
+    assert len(specs) == 57 * 2 + 3 + 6 + 2
+
+
+def test_suites_expand_recursively():
+    stem = suite("mmlu_stem:mc::olmes")
+    assert stem.primary == "macro" and stem.aggregations == ("macro", "micro")
+    assert len(stem.members) == 18
+    tasks = resolve("mmlu:mc::olmes")
+    assert len(tasks) == 57 and len({t.config.name for t in tasks}) == 57
+    assert [t.config.name for t in tasks[:2]] == ["mmlu_abstract_algebra:mc::olmes",
+                                                  "mmlu_astronomy:mc::olmes"]
+    assert len(leaf_specs("mmlu_social_sciences:mc::olmes")) == 12
+    assert len(leaf_specs("mmlu_humanities:rc::olmes")) == 13
+    assert len(leaf_specs("mmlu_other:mc::olmes")) == 14
+    assert {s.name for s in all_suites()} >= {f"{c}:mc::olmes" for c in CATEGORIES} | {"mmlu:mc::olmes"}
+    assert suite("socialiqa:mc::xlarge") is None
+
+
+def test_task_configs():
+    c = registry.task_config("arc_easy:mc::olmes")
+    assert (c.split, c.limit, c.primary_metric, c.fewshot_source) == ("test", 1000, "acc_raw", "OLMES:ARC-Easy")
+    assert registry.task_config("arc_challenge:rc::olmes").primary_metric == "acc_uncond"
+    assert registry.task_config("arc_easy:rc::olmes").primary_metric == "acc_per_char"
+    assert registry.task_config("arc_challenge:mc::xlarge").split == "all"
+    assert registry.task_config("mmlu_anatomy:rc::olmes").primary_metric == "acc_per_char"
+    x = registry.task_config("socialiqa:mc::xlarge")
+    assert (x.split, x.limit, x.num_shots, x.primary_metric) == ("all", 10000, 5, "acc_raw")
+    h = registry.task_config("hellaswag:rc::xlarge")
+    assert (h.split, h.limit) == ("all", 10000)
+
+
+def test_unknown_spec_suggests():
+    with pytest.raises(UserError) as e:
+        resolve("mmlu_astronmy:mc::olmes")
+    assert str(e.value) == ("unknown task spec 'mmlu_astronmy:mc::olmes'; did you mean "
+                            "'mmlu_astronomy:mc::olmes'? (`proctor tasks` lists all)")
+    with pytest.raises(UserError, match="did you mean 'socialiqa:mc::olmes'"):
+        resolve("socialiqa")
+    with pytest.raises(UserError, match=r"unknown task spec 'zzz'; \(`proctor tasks` lists all\)"):
+        resolve("zzz")
+
+
+def test_num_shots_override():
+    task = resolve("arc_easy:mc::olmes", num_shots=2)[0]
+    assert task.config.num_shots == 2
+    again = type(task)(dataclasses.replace(task.config, num_shots=3))
+    assert again.config.num_shots == 3 and again.config.name == task.config.name
+
+
+def test_arc_counts(data_dir):
+    sizes = {spec: len(resolve(spec)[0].docs(data_dir)) for spec in (
+        "arc_challenge:mc::olmes", "arc_easy:mc::olmes", "arc_challenge:mc::xlarge", "arc_easy:mc::xlarge")}
+    assert sizes == {"arc_challenge:mc::olmes": 1172, "arc_easy:mc::olmes": 1000,
+                     "arc_challenge:mc::xlarge": 1172 + 299 + 1119,
+                     "arc_easy:mc::xlarge": 2376 + 570 + 2251}
+    docs = resolve("arc_challenge:mc::xlarge")[0].docs(data_dir)
+    assert [d["split"] for d in (docs[0], docs[1172], docs[-1])] == ["test", "validation", "train"]
+
+
+def test_mmlu_counts_match_official_table(data_dir):
+    for t in resolve("mmlu:mc::olmes"):
+        assert len(t.docs(data_dir)) == MMLU_TEST[t.config.subject], t.config.name
+    assert sum(MMLU_TEST.values()) == 14042
+
+
+def test_hellaswag_counts(data_dir):
+    assert len(resolve("hellaswag:rc::olmes")[0].docs(data_dir)) == 1000
+    with pytest.raises(UserError, match="HellaSwag train split not found"):
+        resolve("hellaswag:rc::xlarge")[0].docs(data_dir)
+
+
+def test_task_rows_official_and_data(data_dir):
+    rows = {r.spec: r for r in task_rows("mmlu_stem")}
+    assert rows["mmlu_stem:mc::olmes"].kind == "suite"
+    assert rows["mmlu_stem:mc::olmes"].items == 3018
+    assert rows["mmlu_stem:mc::olmes"].primary_metric == "macro(acc_raw)"
+    assert rows["mmlu_stem:mc::olmes"].items_source == "official"
+    rows = {r.spec: r for r in task_rows("socialiqa*", data_dir)}
+    r = rows["socialiqa:mc::xlarge"]
+    assert (r.kind, r.split, r.shots, r.primary_metric, r.items, r.items_source) == \
+        ("task", "all", 5, "acc_raw", 10000, "data")
+    assert {r.spec for r in task_rows("hellaswag", data_dir)} == {"hellaswag:rc::olmes", "hellaswag:rc::xlarge"}
+    assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
+    assert task_rows("no-such-thing") == []

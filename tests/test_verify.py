@@ -1,0 +1,33 @@
+"""The seed's count verification on the real data."""
+
+from proctor.tasks.atomic import REASONING_TYPES
+from proctor.verify import SUBJECT_COUNTS, VerifyReport, format_report, verify
+
+
+def test_verify_real_data(data_dir):
+    report = verify(data_dir)
+    assert report.ok, report.errors
+    checks = {c.name: c for c in report.checks}
+    assert checks["socialiqa:mc::xlarge items"].actual == 10000
+    assert checks["mmlu_stem:mc::olmes items"].actual == 3018
+    assert checks["mmlu_social_sciences:mc::olmes items"].actual == 3077
+    assert checks["socialiqa:mc::xlarge duplicate native ids"].actual == 167
+    assert all(f"mmlu {s} items" in checks for s in SUBJECT_COUNTS)
+    assert any("167 duplicate native ids" in w for w in report.warnings)
+    assert set(report.reasoning_types) == set(REASONING_TYPES)
+    assert all(n > 0 for n in report.reasoning_types.values())
+    assert sum(report.reasoning_types.values()) >= 9900
+
+
+def test_format_report_and_errors():
+    report = VerifyReport()
+    report.check("x items", 10, 10)
+    report.check("y items", 3, 4)
+    report.warnings.append("something odd")
+    text = format_report(report)
+    assert "ok   x items: 10" in text
+    assert "FAIL y items: 4 (expected 3)" in text
+    assert "error: y items: expected 3, found 4" in text
+    assert "warning: something odd" in text
+    assert text.endswith("2 checks, 1 errors, 1 warnings")
+    assert not report.ok

@@ -1,0 +1,56 @@
+"""A tiny random Llama + a byte-level BPE tokenizer trained in-process, saved as a model dir.
+
+Deterministic (fixed seed, fixed corpus), builds in well under a second, and its
+tokenizer splits words into several tokens so multi-token continuations occur.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CORPUS = [
+    "The following are multiple choice questions (with answers) about astronomy.",
+    "Question: Which planet is closest to the sun?\n A. Mercury\n B. Venus\n C. Earth\n D. Mars\nAnswer: A",
+    "Question: What is the boiling point of water at sea level?\nAnswer: 100 degrees Celsius",
+    "The quick brown fox jumps over the lazy dog. A stitch in time saves nine.",
+    "Paris is the capital of France. Berlin is the capital of Germany.",
+] * 20
+
+
+def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    directory = Path(directory)
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    raw.train_from_iterator(CORPUS, trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        initializer_range=0.1,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        pad_token_id=None,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
