@@ -225,3 +225,17 @@ def test_resume_after_sigkill_gives_identical_results(tiny_dir, tmp_path):
     assert r["results"] == f["results"]  # byte-identical floats (repr)
     assert r["batches_run"] == f["batches"] - 3  # the 3 committed batches were skipped
     assert f["batches_run"] == f["batches"]
+
+
+def test_empty_request_list(backend):
+    assert Engine(backend, progress=True).run([]) == []
+
+
+def test_progress_is_off_without_a_tty(backend, capsys):
+    from proctor.engine.progress import Progress
+
+    bar = Progress(10, enabled=True)  # pytest's stderr is not a TTY
+    bar.advance(4, tokens=100)
+    bar.close()
+    Engine(backend, batch_size=2, progress=True).run(mc_requests(2))
+    assert capsys.readouterr().err == ""

@@ -28,7 +28,7 @@ _PLAIN_HEAD_TYPES = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2",
     "olmo3", "olmoe", "gpt_neox", "gpt2", "phi3", "smollm3", "starcoder2",
 })
-_CPU_TOKEN_BUDGET = 4096
+_CPU_TOKEN_BUDGET = 1024  # measured: smaller CPU batches run faster per token (cache locality)
 _HEAD_CHUNK = 2048  # positions per LM-head + log-softmax chunk
 
 

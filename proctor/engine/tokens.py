@@ -80,7 +80,7 @@ def window(pair: EncodedPair, max_length: int) -> Window:
 
 
 class TokenizationPolicy:
-    """Encodes (context, continuation) pairs; memoizes context encodings (shared by choices)."""
+    """Encodes (context, continuation) pairs; remembers the last context (shared by a doc's choices)."""
 
     def __init__(self, tokenizer: TextEncoder, *, max_length: int):
         if max_length < 1:
@@ -88,16 +88,16 @@ class TokenizationPolicy:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.prefix_token_id = prefix_token_id(tokenizer)
-        self._contexts: dict[str, tuple[int, ...]] = {}
+        self._last_context: tuple[str, tuple[int, ...]] = ("", ())
 
     def _encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _encode_context(self, context: str) -> tuple[int, ...]:
-        tokens = self._contexts.get(context)
-        if tokens is None:
-            tokens = self._contexts[context] = self._encode(context)
-        return tokens
+        # one entry, not a dict: a full benchmark's contexts would otherwise stay in memory
+        if self._last_context[0] != context:
+            self._last_context = (context, self._encode(context))
+        return self._last_context[1]
 
     def encode(self, context: str, continuation: str) -> EncodedPair:
         context, continuation = split_trailing_space(context, continuation)
