@@ -109,13 +109,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args.data_dir)
     output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
     evaluation = plan(specs, data_dir, args.limit)
+    plan_seconds = time.perf_counter() - t0
 
     backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
-    load_seconds = time.perf_counter() - t0
+    load_seconds = time.perf_counter() - t0 - plan_seconds
     engine = Engine(
         backend, batch_size=args.batch_size, cache=ResultCache(cache_root() / "results.sqlite"), progress=not args.no_progress
     )
+    t_eval = time.perf_counter()
     evaluate(evaluation, engine)
+    eval_seconds = time.perf_counter() - t_eval
     scores = primary_scores(evaluation)
     runs = list(evaluation.tasks.values())
     warnings = [w for run in runs for w in run.warnings]
@@ -136,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "model_config": {
             "model": args.model,
             "fingerprint": backend.fingerprint,
-            "dtype": str(backend.dtype),
+            "dtype": str(backend.dtype).removeprefix("torch."),
             "device": str(backend.device),
             "max_length": args.max_length,
             "batch_size": args.batch_size,
@@ -150,7 +153,19 @@ def cmd_run(args: argparse.Namespace) -> int:
             "started": started.isoformat(),
             "finished": datetime.now(timezone.utc).isoformat(),
             "total_seconds": time.perf_counter() - t0,
+            "data_seconds": plan_seconds,
             "model_load_seconds": load_seconds,
+            "evaluation_seconds": eval_seconds,
+        },
+        "engine": {
+            "requests": engine.stats.requests,
+            "unique_requests": engine.stats.unique,
+            "cached_requests": engine.stats.cached,
+            "forward_rows": engine.stats.rows,
+            "batches": engine.stats.batches,
+            "batches_run": engine.stats.batches_run,
+            "tokens_run": engine.stats.tokens_run,
+            "tokens_per_second": engine.stats.tokens_run / eval_seconds if eval_seconds else None,
         },
     }
     with staged_directory(output) as stage:

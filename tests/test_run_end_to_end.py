@@ -10,15 +10,29 @@ from proctor.cli import main
 
 @pytest.fixture(scope="module")
 def real_run(data_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("e2e") / "run"
-    code = main([
+    from proctor.backends.models import cache_root
+
+    root = tmp_path_factory.mktemp("e2e")
+    out = root / "run"
+    # A fresh results cache, so the model really scores; the converted model is shared.
+    (cache_root() / "models").mkdir(parents=True, exist_ok=True)
+    (root / "cache").mkdir()
+    (root / "cache" / "models").symlink_to(cache_root() / "models", target_is_directory=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PROCTOR_CACHE_DIR", str(root / "cache"))
+        code = run_cli(data_dir, out)
+    assert code == 0
+    assert (root / "cache" / "results.sqlite").exists()
+    return out
+
+
+def run_cli(data_dir, out):
+    return main([
         "run", "--model", "smollm2-135m",
         "--tasks", "mmlu_astronomy:mc::olmes,arc_easy:rc::olmes",
         "--limit", "6", "--data-dir", str(data_dir), "--output", str(out),
         "--save-requests", "--no-progress",
     ])
-    assert code == 0
-    return out
 
 
 def test_run_directory_has_every_record(real_run):

@@ -35,6 +35,7 @@ def cache_root() -> Path:
 
 def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:
     """Load weights in `dtype` onto `device`; any loading failure is a one-line UserError."""
+    _quiet_transformers()
     if source.kind == "gguf":
         sha = file_sha256(Path(source.location))
         directory = converted_gguf_dir(Path(source.location), sha)
@@ -112,6 +113,14 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     plain.load_state_dict(quantized.state_dict(), strict=True)
     plain.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
+
+
+def _quiet_transformers() -> None:
+    """proctor draws its own progress; transformers' load bars and notices would interleave with it."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 def _first_line(e: BaseException) -> str:
