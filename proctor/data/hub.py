@@ -18,6 +18,9 @@ def load_hub_split(dataset: str, name: Optional[str], split: str) -> list[dict]:
     except ImportError:
         raise UserError(f"no local data directory given and the `datasets` package is not "
                         f"installed, so {where} cannot come from the hub; {FIX}") from None
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()  # its per-retry warnings would bury the one error line
     try:
         ds = datasets.load_dataset(dataset, name, split=split)
     except Exception as e:  # network, auth, missing config: all fixable by the user
