@@ -118,9 +118,11 @@ def test_empty_continuation_is_refused():
         TokenizationPolicy(WordEncoder(), max_length=8).encode("Answer:", "")
 
 
-def test_context_encodings_are_memoized():
+def test_each_distinct_text_is_encoded_once():
     enc = WordEncoder()
     policy = TokenizationPolicy(enc, max_length=2048)
-    for c in (" A", " B", " C", " D"):
-        policy.encode("Question: x\nAnswer:", c)
-    assert enc.calls == 4 + 1  # one whole per choice, the context once
+    pairs = [("Question: x\nAnswer:", c) for c in (" A", " B", " C", " D", " A")]
+    assert policy.encode_many(pairs) == [policy.encode(c, x) for c, x in pairs]
+    enc.calls = 0
+    policy.encode_many(pairs)
+    assert enc.calls == 4 + 1  # one whole per distinct choice, the shared context once

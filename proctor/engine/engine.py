@@ -65,7 +65,8 @@ class Engine:
     def plan(self, requests: Sequence[Loglikelihood]) -> list[Batch]:
         """The deterministic batch partition of the deduplicated requests."""
         unique = {r.key: r for r in requests}
-        windows = [(k, self.policy.window(r.context, r.continuation)) for k, r in unique.items()]
+        found = self.policy.windows([(r.context, r.continuation) for r in unique.values()])
+        windows = list(zip(unique, found))
         return partition(plan_rows(windows), self.limits)
 
     def run(self, requests: Sequence[Loglikelihood]) -> list[LoglikelihoodResult]:

@@ -25,6 +25,7 @@ from typing import Optional, Protocol, Sequence
 
 # Bump when the policy's output could change; it is part of every resume-cache key.
 POLICY_VERSION = "olmes-1"
+_ENCODE_CHUNK = 2048  # texts per batched tokenizer call: parallel, with bounded memory
 
 
 class TextEncoder(Protocol):
@@ -80,7 +81,7 @@ def window(pair: EncodedPair, max_length: int) -> Window:
 
 
 class TokenizationPolicy:
-    """Encodes (context, continuation) pairs; remembers the last context (shared by a doc's choices)."""
+    """Encodes (context, continuation) pairs, in bulk: each distinct text is encoded once."""
 
     def __init__(self, tokenizer: TextEncoder, *, max_length: int):
         if max_length < 1:
@@ -88,35 +89,48 @@ class TokenizationPolicy:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.prefix_token_id = prefix_token_id(tokenizer)
-        self._last_context: tuple[str, tuple[int, ...]] = ("", ())
 
-    def _encode(self, text: str) -> tuple[int, ...]:
-        return tuple(self.tokenizer.encode(text, add_special_tokens=False))
+    def _encode_texts(self, texts: Sequence[str]) -> dict[str, tuple[int, ...]]:
+        """Token ids of each distinct text; a fast tokenizer encodes them in parallel batches."""
+        distinct = list(dict.fromkeys(texts))
+        if getattr(self.tokenizer, "is_fast", False):
+            ids: list = []
+            for i in range(0, len(distinct), _ENCODE_CHUNK):
+                chunk = distinct[i : i + _ENCODE_CHUNK]
+                ids.extend(self.tokenizer(chunk, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+        else:
+            ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in distinct]
+        return {t: tuple(x) for t, x in zip(distinct, ids)}
 
-    def _encode_context(self, context: str) -> tuple[int, ...]:
-        # one entry, not a dict: a full benchmark's contexts would otherwise stay in memory
-        if self._last_context[0] != context:
-            self._last_context = (context, self._encode(context))
-        return self._last_context[1]
+    def encode_many(self, pairs: Sequence[tuple[str, str]]) -> list[EncodedPair]:
+        moved = [split_trailing_space(c, x) for c, x in pairs]
+        texts = [x if c == "" else t for c, x in moved for t in (c, c + x)]
+        encoded = self._encode_texts(texts)
+        out = []
+        for context, continuation in moved:
+            if context == "":
+                cont = encoded[continuation]
+                if cont and cont[0] == self.prefix_token_id:
+                    pair = EncodedPair(cont[:1], cont[1:])
+                else:
+                    pair = EncodedPair((self.prefix_token_id,), cont)
+            else:
+                ctx = encoded[context]
+                pair = EncodedPair(ctx, encoded[context + continuation][len(ctx) :])
+            if not pair.continuation:
+                raise ValueError(f"continuation {continuation!r} encodes to no tokens after the context")
+            out.append(pair)
+        return out
 
     def encode(self, context: str, continuation: str) -> EncodedPair:
-        context, continuation = split_trailing_space(context, continuation)
-        if context == "":
-            cont = self._encode(continuation)
-            if cont and cont[0] == self.prefix_token_id:
-                pair = EncodedPair(cont[:1], cont[1:])
-            else:
-                pair = EncodedPair((self.prefix_token_id,), cont)
-        else:
-            whole = self._encode(context + continuation)
-            ctx = self._encode_context(context)
-            pair = EncodedPair(ctx, whole[len(ctx):])
-        if not pair.continuation:
-            raise ValueError(f"continuation {continuation!r} encodes to no tokens after the context")
-        return pair
+        return self.encode_many([(context, continuation)])[0]
 
     def window(self, context: str, continuation: str) -> Window:
         return window(self.encode(context, continuation), self.max_length)
 
     def windows(self, pairs: Sequence[tuple[str, str]]) -> list[Window]:
-        return [self.window(c, x) for c, x in pairs]
+        """Windows of many pairs, encoded a chunk at a time so only one chunk's texts are held."""
+        out: list[Window] = []
+        for i in range(0, len(pairs), _ENCODE_CHUNK):
+            out.extend(window(p, self.max_length) for p in self.encode_many(pairs[i : i + _ENCODE_CHUNK]))
+        return out
