@@ -31,3 +31,28 @@ def test_format_report_and_errors():
     assert "warning: something odd" in text
     assert text.endswith("2 checks, 1 errors, 1 warnings")
     assert not report.ok
+
+
+def test_cli_verify_exit_codes(data_dir, tmp_path, capsys):
+    from proctor.cli import main
+
+    assert main(["verify", "--data-dir", str(data_dir)]) == 0
+    # The same data with one MMLU subject missing a row: a count mismatch, exit 1.
+    copy = tmp_path / "data"
+    copy.mkdir()
+    for entry in data_dir.iterdir():
+        if entry.name != "mmlu":
+            (copy / entry.name).symlink_to(entry)
+    for split_dir in (data_dir / "mmlu").iterdir():
+        if split_dir.is_dir():
+            (copy / "mmlu" / split_dir.name).mkdir(parents=True)
+            for f in split_dir.iterdir():
+                (copy / "mmlu" / split_dir.name / f.name).symlink_to(f)
+    astronomy = copy / "mmlu" / "test" / "astronomy_test.csv"
+    lines = astronomy.read_text().splitlines(keepends=True)
+    astronomy.unlink()
+    astronomy.write_text("".join(lines[:-1]))
+    capsys.readouterr()
+    assert main(["verify", "--data-dir", str(copy)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL mmlu astronomy items: 151 (expected 152)" in out
