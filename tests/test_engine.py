@@ -185,11 +185,11 @@ WORKER = textwrap.dedent("""
     backend = load_backend(model_dir, device="cpu")
     score, calls = backend.score, []
 
-    def score_then_maybe_die(rows):
+    def score_then_maybe_die(rows, **kwargs):
         if len(calls) == int(kill_after):
             os.kill(os.getpid(), signal.SIGKILL)
         calls.append(1)
-        return score(rows)
+        return score(rows, **kwargs)
 
     backend.score = score_then_maybe_die
     requests = [Loglikelihood(c, x) for c, x in json.load(open(requests_path))]

@@ -1,4 +1,4 @@
-"""A tiny random Llama + a byte-level BPE tokenizer trained in-process, saved as a model dir.
+"""Tiny random models (Llama, GPT-2) + a byte-level BPE tokenizer trained in-process, saved as model dirs.
 
 Deterministic (fixed seed, fixed corpus), builds in well under a second, and its
 tokenizer splits words into several tokens so multi-token continuations occur.
@@ -17,12 +17,10 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -> Path:
-    import torch
+def build_tokenizer(vocab_size: int = 320):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
-    directory = Path(directory)
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
@@ -33,8 +31,15 @@ def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -
         show_progress=False,
     )
     raw.train_from_iterator(CORPUS, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
 
+
+def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    directory = Path(directory)
+    tokenizer = build_tokenizer(vocab_size)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -51,6 +56,30 @@ def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config).eval()
+    model.save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
+def build_tiny_gpt2(directory: Path, *, seed: int = 0, vocab_size: int = 320) -> Path:
+    """GPT-2 style: learned absolute position embeddings, fused QKV, LayerNorm, tied head."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    directory = Path(directory)
+    tokenizer = build_tokenizer(vocab_size)
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=1024,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        initializer_range=0.1,
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model = GPT2LMHeadModel(config).eval()
     model.save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory

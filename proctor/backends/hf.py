@@ -4,6 +4,10 @@ One forward pass per batch of right-padded rows. Only the positions some readout
 become logits and log-probs: for common architectures the decoder's hidden states are
 gathered at those positions before the LM head, so no [batch, length, vocab] tensor
 ever exists.
+
+Shared prefixes (`score(rows, prefix=...)`): the prefix's keys and values are computed
+once, kept for the next batches with the same prefix, and read by right-padded suffix
+rows whose position ids continue after the prefix.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from proctor.backends.models import load_model
+from proctor.backends.prefix_kv import PrefixCache, cache_keyword, run_prefix
 from proctor.backends.sources import resolve_source
 from proctor.engine.plan import Row
 from proctor.errors import UserError
@@ -27,6 +32,12 @@ _DTYPES = {
 _PLAIN_HEAD_TYPES = frozenset({
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2",
     "olmo3", "olmoe", "gpt_neox", "gpt2", "phi3", "smollm3", "starcoder2",
+})
+# Of those, the ones whose decoder takes a plain per-layer key/value cache with absolute
+# positions continuing after it (no sliding windows, see `shares_prefixes`).
+_PREFIX_TYPES = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2",
+    "olmoe", "gpt_neox", "gpt2", "phi3", "smollm3", "starcoder2",
 })
 _CPU_TOKEN_BUDGET = 1024  # measured: smaller CPU batches run faster per token (cache locality)
 _HEAD_CHUNK = 2048  # positions per LM-head + log-softmax chunk
@@ -77,7 +88,12 @@ class HFBackend:
             and getattr(config, "final_logit_softcapping", None) is None
             and getattr(config, "logit_scale", None) is None
         )
-        self.forward_calls = 0
+        self.shares_prefixes = self.plain_head and _prefix_safe(config, max_length)
+        self.forward_calls = 0     # row-batch forward passes
+        self.prefix_calls = 0      # shared-prefix forward passes
+        self._prefix: tuple[int, ...] = ()
+        self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._cache_keyword = cache_keyword(model.get_decoder()) if self.shares_prefixes else ""
 
     @property
     def fingerprint(self) -> str:
@@ -92,21 +108,30 @@ class HFBackend:
         return _CPU_TOKEN_BUDGET
 
     @torch.inference_mode()
-    def score(self, rows: Sequence[Row]) -> list[tuple[LoglikelihoodResult, ...]]:
+    def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
+        """Score rows; with a `prefix`, rows hold the tokens after it and readouts count from its start."""
+        if prefix and not self.shares_prefixes:
+            raise ValueError("this model does not support shared-prefix scoring")
         longest = max(len(r.tokens) for r in rows)
         ids = torch.zeros((len(rows), longest), dtype=torch.long)
         for i, row in enumerate(rows):
             ids[i, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
 
         # unique (row, position) pairs: choices sharing a context read the same position
+        skip = len(prefix)
         slots: dict[tuple[int, int], int] = {}
         wanted: list[tuple[int, int]] = []  # (slot, target token) per scored token, in order
         for i, row in enumerate(rows):
             for readout in row.readouts:
+                if readout.start < skip:
+                    raise ValueError(f"readout at position {readout.start} lies inside the {skip}-token prefix")
                 for offset, token in enumerate(readout.tokens):
-                    slot = slots.setdefault((i, readout.start + offset), len(slots))
+                    slot = slots.setdefault((i, readout.start - skip + offset), len(slots))
                     wanted.append((slot, token))
-        logits = self._logits_at(ids.to(self.device), list(slots))
+        if prefix:
+            logits = self._prefixed_logits_at(prefix, ids.to(self.device), list(slots))
+        else:
+            logits = self._logits_at(ids.to(self.device), list(slots))
         slot_idx = torch.tensor([w[0] for w in wanted], device=self.device)
         targets = torch.tensor([w[1] for w in wanted], device=self.device)
         logprobs, greedy = _score_slots(logits, slot_idx, targets)
@@ -131,12 +156,44 @@ class HFBackend:
         # right padding + causal attention: real positions never see pads, so no mask (as lm-eval)
         if self.plain_head:
             hidden = self.model.get_decoder()(input_ids=ids).last_hidden_state
-            picked = hidden[rows, positions]
-            head = self.model.get_output_embeddings()
-            return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
+            return self._head_at(hidden[rows, positions])
         keep, inverse = torch.unique(positions, return_inverse=True)
         logits = self.model(input_ids=ids, logits_to_keep=keep).logits
         return logits[rows, inverse]
+
+    def _prefixed_logits_at(
+        self, prefix: tuple[int, ...], ids: torch.Tensor, slots: list[tuple[int, int]]
+    ) -> torch.Tensor:
+        """Logits at (row, suffix position) pairs of suffix rows that continue `prefix`."""
+        decoder = self.model.get_decoder()
+        if prefix != self._prefix:
+            self._prefix_kv = []  # free the old prefix before computing the new one
+            self.prefix_calls += 1
+            self._prefix_kv = run_prefix(decoder, prefix, self.device)
+            self._prefix = prefix
+        self.forward_calls += 1
+        n, length = ids.shape
+        # right padding + causal attention: real positions never see pads, so no mask (as lm-eval)
+        positions = torch.arange(len(prefix), len(prefix) + length, device=ids.device).expand(n, -1)
+        cache = {self._cache_keyword: PrefixCache(self._prefix_kv)}
+        hidden = decoder(input_ids=ids, position_ids=positions, use_cache=True, **cache).last_hidden_state
+        rows = torch.tensor([s[0] for s in slots], device=ids.device)
+        return self._head_at(hidden[rows, torch.tensor([s[1] for s in slots], device=ids.device)])
+
+    def _head_at(self, picked: torch.Tensor) -> torch.Tensor:
+        """LM-head logits of gathered hidden states, a chunk of positions at a time."""
+        head = self.model.get_output_embeddings()
+        return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
+
+
+def _prefix_safe(config: Any, max_length: int) -> bool:
+    """Whether a prefix's cached keys/values give exactly what a full forward would."""
+    if getattr(config, "model_type", None) not in _PREFIX_TYPES:
+        return False
+    window = getattr(config, "sliding_window", None)
+    if window is not None and getattr(config, "use_sliding_window", True) and window < max_length:
+        return False
+    return not getattr(config, "add_cross_attention", False)
 
 
 def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor, targets: torch.Tensor):

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 from proctor.engine.cache import ResultCache
-from proctor.engine.plan import Batch, BatchLimits, partition, plan_rows
+from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
 from proctor.errors import UserError
@@ -28,7 +28,9 @@ class EngineStats:
     rows: int = 0              # model rows in the full plan
     batches: int = 0           # batches in the full plan
     batches_run: int = 0       # batches actually sent to the backend
-    tokens_run: int = 0        # real (unpadded) tokens sent to the backend
+    tokens_run: int = 0        # real (unpadded) tokens the backend computed, each shared prefix once
+    tokens_total: int = 0      # real tokens the same batches hold without prefix sharing
+    prefixes_run: int = 0      # shared prefixes computed (a prefix spanning consecutive batches counts once)
 
 
 def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
@@ -55,7 +57,9 @@ class Engine:
         self.cache = cache
         self.progress = progress
         self.policy = TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
+        self.share_prefixes = bool(getattr(backend, "shares_prefixes", False))
         self.stats = EngineStats()
+        self._last_prefix: tuple[int, ...] = ()
 
     @property
     def fingerprint(self) -> str:
@@ -67,7 +71,7 @@ class Engine:
         unique = {r.key: r for r in requests}
         found = self.policy.windows([(r.context, r.continuation) for r in unique.values()])
         windows = list(zip(unique, found))
-        return partition(plan_rows(windows), self.limits)
+        return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
 
     def run(self, requests: Sequence[Loglikelihood]) -> list[LoglikelihoodResult]:
         unique = {r.key: r for r in requests}
@@ -101,7 +105,8 @@ class Engine:
         return [done[r.key] for r in requests]
 
     def _score(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
-        scored = self.backend.score([r.row for r in batch.rows])
+        rows = [r.row for r in batch.rows]
+        scored = self.backend.score(rows, prefix=batch.prefix) if batch.prefix else self.backend.score(rows)
         if len(scored) != len(batch.rows):
             raise RuntimeError(f"backend returned {len(scored)} rows for {len(batch.rows)}")
         out: dict[str, LoglikelihoodResult] = {}
@@ -111,4 +116,9 @@ class Engine:
             out.update(zip(planned.keys, results))
         self.stats.batches_run += 1
         self.stats.tokens_run += batch.real_tokens
+        self.stats.tokens_total += batch.full_tokens
+        if batch.prefix and batch.prefix != self._last_prefix:  # the backend keeps the last prefix
+            self.stats.prefixes_run += 1
+            self.stats.tokens_run += len(batch.prefix)
+            self._last_prefix = batch.prefix
         return out
