@@ -109,10 +109,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args.data_dir)
     output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
     evaluation = plan(specs, data_dir, args.limit)
-    plan_seconds = time.perf_counter() - t0
+    data_seconds = time.perf_counter() - t0
 
     backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
-    load_seconds = time.perf_counter() - t0 - plan_seconds
+    load_seconds = time.perf_counter() - t0 - data_seconds
     engine = Engine(
         backend, batch_size=args.batch_size, cache=ResultCache(cache_root() / "results.sqlite"), progress=not args.no_progress
     )
@@ -153,9 +153,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             "started": started.isoformat(),
             "finished": datetime.now(timezone.utc).isoformat(),
             "total_seconds": time.perf_counter() - t0,
-            "data_seconds": plan_seconds,
+            "data_seconds": data_seconds,
             "model_load_seconds": load_seconds,
             "evaluation_seconds": eval_seconds,
+            # from the command's start to the first scored batch stored (None: all cached)
+            "time_to_first_batch_seconds": None
+            if engine.stats.first_batch_seconds is None
+            else t_eval - t0 + engine.stats.first_batch_seconds,
         },
         "engine": {
             "requests": engine.stats.requests,
@@ -165,6 +169,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             "batches": engine.stats.batches,
             "batches_run": engine.stats.batches_run,
             "tokens_run": engine.stats.tokens_run,
+            "tokens_without_prefix_sharing": engine.stats.tokens_total,
+            "prefixes_run": engine.stats.prefixes_run,
+            "plan_seconds": engine.stats.plan_seconds,
             "tokens_per_second": engine.stats.tokens_run / eval_seconds if eval_seconds else None,
         },
     }

@@ -43,7 +43,17 @@ def test_run_directory_has_every_record(real_run):
     assert 0.0 <= mmlu["primary_score"] <= 1.0
     assert set(metrics["tasks"]["arc_easy:rc::olmes"]["metrics"]) >= {"acc_raw", "acc_per_char", "acc_uncond"}
     assert metrics["versions"]["torch"] and metrics["model_config"]["fingerprint"]
-    assert metrics["model_config"]["dtype"].endswith("float32")
+    assert metrics["model_config"]["dtype"] == "float32"
+    timing, engine = metrics["timing"], metrics["engine"]
+    assert 0 < timing["time_to_first_batch_seconds"] <= timing["total_seconds"]
+    keys = {
+        json.loads(line)["request_key"]
+        for task in ("mmlu_astronomy-mc-olmes", "arc_easy-rc-olmes")
+        for line in (real_run / task / "requests.jsonl").open()
+    }
+    assert engine["cached_requests"] == 0 and engine["unique_requests"] == len(keys)
+    # MMLU's 5-shot block and ARC's few-shot block are each computed once, not per row.
+    assert engine["prefixes_run"] >= 2 and engine["tokens_run"] < engine["tokens_without_prefix_sharing"]
 
     preds = [json.loads(l) for l in (real_run / "mmlu_astronomy-mc-olmes" / "predictions.jsonl").open()]
     assert [p["doc_id"] for p in preds] == list(range(6))

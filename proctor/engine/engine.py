@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
@@ -31,6 +32,8 @@ class EngineStats:
     tokens_run: int = 0        # real (unpadded) tokens the backend computed, each shared prefix once
     tokens_total: int = 0      # real tokens the same batches hold without prefix sharing
     prefixes_run: int = 0      # shared prefixes computed (a prefix spanning consecutive batches counts once)
+    plan_seconds: float = 0.0  # tokenizing and batching
+    first_batch_seconds: Optional[float] = None  # from `run` to the first batch's results stored
 
 
 def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
@@ -74,6 +77,7 @@ class Engine:
         return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
 
     def run(self, requests: Sequence[Loglikelihood]) -> list[LoglikelihoodResult]:
+        started = time.perf_counter()
         unique = {r.key: r for r in requests}
         fingerprint = self.fingerprint
         done: dict[str, LoglikelihoodResult] = (
@@ -85,6 +89,7 @@ class Engine:
             if len(done) < len(unique):
                 # plan on the FULL request set so a resumed run cuts the same batches
                 batches = self.plan(list(unique.values()))
+                self.stats.plan_seconds = time.perf_counter() - started
                 self.stats.rows = sum(len(b.rows) for b in batches)
                 self.stats.batches = len(batches)
                 progress.advance(len(done))
@@ -97,6 +102,8 @@ class Engine:
                     if self.cache is not None:
                         self.cache.put_many(fingerprint, new)
                     done.update(new)
+                    if self.stats.first_batch_seconds is None:
+                        self.stats.first_batch_seconds = time.perf_counter() - started
                     progress.advance(len(new), batch.real_tokens)
             else:
                 progress.advance(len(done))
