@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
     run.add_argument("--output", help="run directory (default: runs/<model>-<time>)")
+    run.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="batch-invariant scores: bitwise identical for any batch size and request order (slower)",
+    )
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -114,7 +119,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
     load_seconds = time.perf_counter() - t0 - data_seconds
     engine = Engine(
-        backend, batch_size=args.batch_size, cache=ResultCache(cache_root() / "results.sqlite"), progress=not args.no_progress
+        backend,
+        batch_size=args.batch_size,
+        cache=ResultCache(cache_root() / "results.sqlite"),
+        progress=not args.no_progress,
+        deterministic=args.deterministic,
     )
     t_eval = time.perf_counter()
     evaluate(evaluation, engine)
@@ -143,6 +152,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "device": str(backend.device),
             "max_length": args.max_length,
             "batch_size": args.batch_size,
+            "deterministic": args.deterministic,
         },
         "run_config": {"tasks": specs, "limit": args.limit, "data_dir": str(data_dir) if data_dir else None},
         "versions": library_versions(),

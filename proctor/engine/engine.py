@@ -54,9 +54,16 @@ class Engine:
         batch_size: BatchSize = "auto",
         cache: Optional[ResultCache] = None,
         progress: bool = True,
+        deterministic: bool = False,
     ):
         self.backend = backend
         self.limits = batch_limits(batch_size, backend)
+        # Batch-invariant mode: every row runs alone, unpadded, so its arithmetic is the
+        # same whatever the batch size or request order (prefix groups depend on the
+        # token content only). Costs the speed of batching.
+        self.deterministic = deterministic
+        if deterministic:
+            self.limits = BatchLimits(max_rows=1)
         self.cache = cache
         self.progress = progress
         self.policy = TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
@@ -67,7 +74,8 @@ class Engine:
     @property
     def fingerprint(self) -> str:
         """Cache-key prefix: the backend's identity plus the tokenization policy version."""
-        return f"{self.backend.fingerprint}|tokens={POLICY_VERSION}"
+        mode = "|deterministic" if self.deterministic else ""
+        return f"{self.backend.fingerprint}|tokens={POLICY_VERSION}{mode}"
 
     def plan(self, requests: Sequence[Loglikelihood]) -> list[Batch]:
         """The deterministic batch partition of the deduplicated requests."""
