@@ -181,6 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "tokens_run": engine.stats.tokens_run,
             "tokens_without_prefix_sharing": engine.stats.tokens_total,
             "prefixes_run": engine.stats.prefixes_run,
+            "oom_splits": engine.stats.oom_splits,
             "plan_seconds": engine.stats.plan_seconds,
             "tokens_per_second": engine.stats.tokens_run / eval_seconds if eval_seconds else None,
         },

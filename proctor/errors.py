@@ -7,3 +7,7 @@ is a bug and keeps its traceback.
 
 class UserError(Exception):
     """A bad spec, missing data, malformed file or bad option; the message says how to fix it."""
+
+
+class BatchTooLarge(Exception):
+    """A backend ran out of memory on a batch; the engine splits the batch and retries."""

@@ -239,3 +239,60 @@ def test_progress_is_off_without_a_tty(backend, capsys):
     bar.close()
     Engine(backend, batch_size=2, progress=True).run(mc_requests(2))
     assert capsys.readouterr().err == ""
+
+
+def test_out_of_memory_halves_the_batch_and_retries(backend):
+    from proctor.errors import BatchTooLarge
+
+    requests = mc_requests() + rc_requests()
+    expected = Engine(backend, batch_size=1, progress=False).run(requests)
+    score = backend.score
+
+    def small_batches_only(rows, **kwargs):
+        if len(rows) > 2:
+            raise BatchTooLarge(f"{len(rows)} rows")
+        return score(rows, **kwargs)
+
+    backend.score = small_batches_only
+    try:
+        engine = Engine(backend, batch_size=8, progress=False)
+        results = engine.run(requests)
+    finally:
+        del backend.score
+    assert engine.stats.oom_splits > 0
+    assert [r.num_tokens for r in results] == [r.num_tokens for r in expected]
+    assert all(abs(a.sum_logits - b.sum_logits) < 1e-5 for a, b in zip(results, expected))
+
+
+def test_a_single_row_that_does_not_fit_is_a_user_error(backend):
+    from proctor.errors import BatchTooLarge
+
+    def never_fits(rows, **kwargs):
+        raise BatchTooLarge("no memory at all")
+
+    backend.score = never_fits
+    try:
+        with pytest.raises(UserError, match="does not fit in the device's memory"):
+            Engine(backend, batch_size=4, progress=False).run(mc_requests(1))
+    finally:
+        del backend.score
+
+
+def test_hf_backend_turns_out_of_memory_into_batch_too_large(backend, monkeypatch):
+    from proctor.errors import BatchTooLarge
+
+    def oom(*args, **kwargs):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+
+    monkeypatch.setattr(backend, "_logits_at", oom)
+    windows = [Engine(backend, progress=False).policy.window("Question: x\nAnswer:", " A")]
+    rows = [Row(w.inputs, (Readout(w.start, w.targets),)) for w in windows]
+    with pytest.raises(BatchTooLarge):
+        backend.score(rows)
+
+    def other(*args, **kwargs):
+        raise RuntimeError("some other failure")
+
+    monkeypatch.setattr(backend, "_logits_at", other)
+    with pytest.raises(RuntimeError, match="some other failure"):
+        backend.score(rows)

@@ -20,7 +20,7 @@ from proctor.backends.models import load_model
 from proctor.backends.prefix_kv import PrefixCache, cache_keyword, run_prefix
 from proctor.backends.sources import resolve_source
 from proctor.engine.plan import Row
-from proctor.errors import UserError
+from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import LoglikelihoodResult
 
 _DTYPES = {
@@ -107,9 +107,22 @@ class HFBackend:
             return max(8192, min(131072, (gib // 10) * 8192))
         return _CPU_TOKEN_BUDGET
 
-    @torch.inference_mode()
     def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
-        """Score rows; with a `prefix`, rows hold the tokens after it and readouts count from its start."""
+        """Score rows; with a `prefix`, rows hold the tokens after it and readouts count from its start.
+
+        Running out of memory raises BatchTooLarge, so the engine can split the batch.
+        """
+        try:
+            return self._score(rows, prefix)
+        except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
+            if not _is_out_of_memory(e):
+                raise
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise BatchTooLarge(f"{len(rows)} rows of up to {max(len(r.tokens) for r in rows)} tokens")
+
+    @torch.inference_mode()
+    def _score(self, rows: Sequence[Row], prefix: tuple[int, ...]) -> list[tuple[LoglikelihoodResult, ...]]:
         if prefix and not self.shares_prefixes:
             raise ValueError("this model does not support shared-prefix scoring")
         longest = max(len(r.tokens) for r in rows)
@@ -167,7 +180,7 @@ class HFBackend:
         """Logits at (row, suffix position) pairs of suffix rows that continue `prefix`."""
         decoder = self.model.get_decoder()
         if prefix != self._prefix:
-            self._prefix_kv = []  # free the old prefix before computing the new one
+            self._prefix, self._prefix_kv = (), []  # free the old prefix before computing the new one
             self.prefix_calls += 1
             self._prefix_kv = run_prefix(decoder, prefix, self.device)
             self._prefix = prefix
@@ -184,6 +197,13 @@ class HFBackend:
         """LM-head logits of gathered hidden states, a chunk of positions at a time."""
         head = self.model.get_output_embeddings()
         return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
+
+
+def _is_out_of_memory(error: RuntimeError) -> bool:
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error)
+    return "can't allocate memory" in text or "out of memory" in text.lower()
 
 
 def _prefix_safe(config: Any, max_length: int) -> bool:

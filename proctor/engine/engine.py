@@ -10,7 +10,7 @@ from proctor.engine.cache import ResultCache
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
-from proctor.errors import UserError
+from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import Loglikelihood, LoglikelihoodResult
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ class EngineStats:
     tokens_total: int = 0      # real tokens the same batches hold without prefix sharing
     prefixes_run: int = 0      # shared prefixes computed (a prefix spanning consecutive batches counts once)
     plan_seconds: float = 0.0  # tokenizing and batching
+    oom_splits: int = 0        # batches halved because the backend ran out of memory
     first_batch_seconds: Optional[float] = None  # from `run` to the first batch's results stored
 
 
@@ -119,9 +120,25 @@ class Engine:
             progress.close()
         return [done[r.key] for r in requests]
 
-    def _score(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
+    def _score_rows(self, batch: Batch) -> list:
+        """The backend's results for a batch, halving it (recursively) while it runs out of memory."""
         rows = [r.row for r in batch.rows]
-        scored = self.backend.score(rows, prefix=batch.prefix) if batch.prefix else self.backend.score(rows)
+        try:
+            return self.backend.score(rows, prefix=batch.prefix) if batch.prefix else self.backend.score(rows)
+        except BatchTooLarge:
+            if len(rows) == 1:
+                raise UserError(
+                    f"one row of {len(batch.prefix) + len(rows[0].tokens)} tokens does not fit in the "
+                    "device's memory; lower --max-length or use a device with more memory"
+                ) from None
+        self.stats.oom_splits += 1
+        half = len(batch.rows) // 2
+        return self._score_rows(Batch(batch.rows[:half], batch.prefix)) + self._score_rows(
+            Batch(batch.rows[half:], batch.prefix)
+        )
+
+    def _score(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
+        scored = self._score_rows(batch)
         if len(scored) != len(batch.rows):
             raise RuntimeError(f"backend returned {len(scored)} rows for {len(batch.rows)}")
         out: dict[str, LoglikelihoodResult] = {}
