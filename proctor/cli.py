@@ -133,18 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     warnings = [w for run in runs for w in run.warnings]
     metrics = {
         "primary_scores": scores,
-        "tasks": {
-            run.config.name: {
-                "task_config": asdict(run.config),
-                "num_instances": len(run.instances),
-                "primary_metric": run.config.primary_metric,
-                "primary_score": run.primary.mean,
-                "metrics": {k: {"mean": s.mean, "stderr": s.stderr} for k, s in run.metrics.items()},
-                "processing_time": run.seconds,
-                "warnings": run.warnings,
-            }
-            for run in runs
-        },
+        "tasks": {run.config.name: run.summary() for run in runs},
         "model_config": {
             "model": args.model,
             "fingerprint": backend.fingerprint,
@@ -172,17 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             else t_eval - t0 + engine.stats.first_batch_seconds,
         },
         "engine": {
-            "requests": engine.stats.requests,
-            "unique_requests": engine.stats.unique,
-            "cached_requests": engine.stats.cached,
-            "forward_rows": engine.stats.rows,
-            "batches": engine.stats.batches,
-            "batches_run": engine.stats.batches_run,
-            "tokens_run": engine.stats.tokens_run,
-            "tokens_without_prefix_sharing": engine.stats.tokens_total,
-            "prefixes_run": engine.stats.prefixes_run,
-            "oom_splits": engine.stats.oom_splits,
-            "plan_seconds": engine.stats.plan_seconds,
+            **asdict(engine.stats),
             "tokens_per_second": engine.stats.tokens_run / eval_seconds if eval_seconds else None,
         },
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -33,6 +33,18 @@ class TaskRun:
     @property
     def primary(self) -> MeanStat:
         return self.metrics[self.config.primary_metric]
+
+    def summary(self) -> dict:
+        """The task's entry in metrics.json."""
+        return {
+            "task_config": asdict(self.config),
+            "num_instances": len(self.instances),
+            "primary_metric": self.config.primary_metric,
+            "primary_score": self.primary.mean,
+            "metrics": {k: {"mean": s.mean, "stderr": s.stderr} for k, s in self.metrics.items()},
+            "processing_time": self.seconds,
+            "warnings": self.warnings,
+        }
 
 
 @dataclass
