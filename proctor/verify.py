@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-from proctor.tasks.atomic import REASONING_TYPES
+from proctor.tasks.reasoning_types import REASONING_TYPES
 from proctor.tasks.base import Instance, assign_query_ids
 from proctor.tasks.registry import resolve
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from proctor.tasks.atomic import REASONING_TYPES, agent_name, reasoning_type
+from proctor.tasks.reasoning_types import REASONING_TYPES, agent_name, reasoning_type
 from proctor.tasks.registry import resolve
 
 

@@ -1,6 +1,6 @@
 """The seed's count verification on the real data."""
 
-from proctor.tasks.atomic import REASONING_TYPES
+from proctor.tasks.reasoning_types import REASONING_TYPES
 from proctor.verify import SUBJECT_COUNTS, VerifyReport, format_report, verify
 
 
