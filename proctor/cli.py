@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import asdict
@@ -11,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
+from proctor.data import resolve_data_dir
 from proctor.errors import UserError
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -48,17 +48,6 @@ def _specs(values: Sequence[str]) -> list[str]:
     if not specs:
         raise UserError("--tasks is empty; name at least one task spec (`proctor tasks` lists them)")
     return specs
-
-
-def _data_dir(value: Optional[str]) -> Optional[Path]:
-    text = value or os.environ.get("PROCTOR_DATA_DIR")
-    if not text:
-        return None
-    path = Path(text).expanduser()
-    if not path.is_dir():
-        source = "--data-dir" if value else "PROCTOR_DATA_DIR"
-        raise UserError(f"{source} {text!r} is not a directory; point it at a folder laid out like shared/data")
-    return path.resolve()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     specs = _specs(args.tasks)
-    data_dir = _data_dir(args.data_dir)
+    data_dir = resolve_data_dir(args.data_dir)
     output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
     evaluation = plan(specs, data_dir, args.limit)
     data_seconds = time.perf_counter() - t0
@@ -178,7 +167,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from proctor.report import print_task_table
     from proctor.tasks.registry import task_rows
 
-    print_task_table(task_rows(args.pattern, _data_dir(args.data_dir)))
+    print_task_table(task_rows(args.pattern, resolve_data_dir(args.data_dir)))
     return 0
 
 
@@ -188,7 +177,7 @@ def cmd_prompts(args: argparse.Namespace) -> int:
     from proctor.outputs.requests_file import request_rows
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
 
-    evaluation = plan(_specs(args.tasks), _data_dir(args.data_dir), args.limit)
+    evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit)
     output = Path(args.output)
     with staged_directory(output) as stage:
         for run in evaluation.tasks.values():
@@ -201,7 +190,7 @@ def cmd_prompts(args: argparse.Namespace) -> int:
 def cmd_verify(args: argparse.Namespace) -> int:
     from proctor.verify import format_report, verify
 
-    data_dir = _data_dir(args.data_dir)
+    data_dir = resolve_data_dir(args.data_dir)
     report = verify(data_dir)
     print(format_report(report))
     return 1 if report.errors else 0
