@@ -38,5 +38,62 @@ class LoglikelihoodResult:
     is_greedy: bool
 
 
-Request = Union[Loglikelihood]
-Result = Union[LoglikelihoodResult]
+@dataclass(frozen=True)
+class Generate:
+    """Text generated from `context` (OLMES/lm-eval `generate_until` semantics).
+
+    The context is left-truncated to `max_length - max_gen_toks` tokens; generation stops
+    at the model's EOS, at `max_gen_toks` new tokens, or at the first of `stop`, and the
+    text is cut before that stop sequence. `repeats` samples are drawn; with
+    `do_sample=False` they are all the greedy text.
+    """
+
+    context: str
+    max_gen_toks: int = 256
+    stop: tuple[str, ...] = ()
+    do_sample: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    repeats: int = 1
+    kind: ClassVar[str] = "generate"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stop, tuple):
+            raise TypeError("Generate.stop must be a tuple of strings (requests are hashable)")
+
+    @property
+    def key(self) -> str:
+        payload = json.dumps([self.kind, *self.to_dict().values()], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict:
+        return {
+            "request_type": self.kind,
+            "context": self.context,
+            "max_gen_toks": self.max_gen_toks,
+            "stop": list(self.stop),
+            "do_sample": self.do_sample,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "repeats": self.repeats,
+        }
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sample of a Generate request."""
+
+    text: str              # cut before the first stop sequence; EOS not included
+    num_tokens: int        # tokens generated (up to and including the stop/EOS token)
+    finish_reason: str     # "stop" (a stop sequence), "eos", or "length" (max_gen_toks)
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """What a backend returns for one Generate request: `repeats` samples, in sample order."""
+
+    samples: tuple[Generation, ...]
+
+
+Request = Union[Loglikelihood, Generate]
+Result = Union[LoglikelihoodResult, GenerateResult]

@@ -14,8 +14,8 @@ class Prediction:
     doc_id: int
     native_id: Any
     metrics: dict          # predicted indices, accuracies, gold-choice log-probs
-    model_output: list     # one dict per choice (ChoiceScore.to_dict())
-    label: int             # gold choice index
+    model_output: list     # one dict per choice (ChoiceScore.to_dict()) or per generated sample
+    label: Any             # gold choice index (choice tasks) or gold answer (generation tasks)
 
     def to_dict(self) -> dict:
         return asdict(self)
