@@ -8,11 +8,14 @@ from proctor.errors import UserError
 
 
 def parse_spec(spec: str) -> tuple[str, Optional[str], Optional[str]]:
-    """Split a spec into (task, format, variant); format/variant are None when absent."""
+    """Split a spec into (task, format, variant); format/variant are None when absent.
+
+    The variant is everything after `::` and may itself hold colons (`gsm8k::olmo3:n8:v2`).
+    """
     text = spec.strip()
     left, sep, variant = text.partition("::")
     task, _, fmt = left.partition(":")
-    if not task or (sep and not variant) or ":" in variant or ":" in fmt:
+    if not task or (sep and not variant) or ":" in fmt:
         raise UserError(f"malformed task spec {spec!r}; expected task:format::variant, "
                         "e.g. mmlu_stem:mc::olmes")
     return task, fmt or None, variant or None
