@@ -10,12 +10,13 @@ from typing import Mapping, Optional, Sequence
 
 from proctor.engine import Engine
 from proctor.metrics import MeanStat, aggregate_docs, choice_score, score_multiple_choice, suite_scores
+from proctor.metrics.harness import lm_eval_choice_metrics
 from proctor.outputs.records import Prediction, QueryMetadata
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks.base import Instance, Task, TaskConfig
 from proctor.tasks.registry import resolve
 
-DOC_METRICS = ("acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond")
+DOC_METRICS = ("acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond", "acc_norm", "mc2")
 
 
 @dataclass
@@ -100,6 +101,9 @@ def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None
             for cont, req, unc in zip(inst.continuations, inst.requests, unconds)
         ]
         metrics = score_multiple_choice(choices, inst.label)
+        if inst.metadata.get("scoring") == "lm_eval":  # lm-eval's acc_norm (and TruthfulQA mc2)
+            metrics.update(lm_eval_choice_metrics([c.sum_logits for c in choices], inst.choices,
+                                                  inst.label, inst.metadata.get("true_choices")))
         doc_metrics.append(metrics)
         run.predictions.append(
             Prediction(
@@ -118,7 +122,7 @@ def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None
                 benchmark=inst.metadata.get("benchmark", run.config.benchmark),
                 subject=inst.metadata.get("subject"),
                 reasoning_type=inst.metadata.get("reasoning_type"),
-                is_correct=predicted == inst.label,
+                is_correct=bool(metrics.get("is_correct", predicted == inst.label)),
                 predicted_answer=inst.choices[predicted],
                 correct_answer=inst.choices[inst.label],
                 task=run.config.name,

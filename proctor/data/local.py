@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import Callable, Optional
 
-from proctor.data.readers import first_existing, read_csv, read_jsonl, read_lines
+from proctor.data import local_code, local_harness
+from proctor.data.readers import first_existing, read_csv, read_json, read_jsonl, read_lines
 from proctor.errors import UserError
 
 Rows = list[dict]
@@ -137,9 +138,49 @@ def hellaswag(data_dir: Path, name: Optional[str], split: str) -> Rows:
     return rows
 
 
+# ---- GSM8K: gsm8k/{test.jsonl,train.jsonl.gz} (original openai/grade-school-math files) --
+
+_GSM8K_SPLITS = ("test", "train")
+
+
+def gsm8k(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    if split not in _GSM8K_SPLITS:
+        raise UserError(f"GSM8K has no split {split!r} (have: test, train)")
+    path = first_existing(_variants(data_dir / "gsm8k" / f"{split}.jsonl", ".gz"))
+    rows = []
+    for i, row in enumerate(read_jsonl(path)):
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
+            raise UserError(f"{path}:{i + 1}: a GSM8K row needs string fields 'question' and 'answer'")
+        rows.append({"question": row["question"], "answer": row["answer"]})
+    return rows
+
+
+# ---- BIG-Bench-Hard: bbh/bbh/<task>.json ({"examples": [{"input", "target"}]}) ----------
+
+def bbh(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    if split != "test":
+        raise UserError(f"BIG-Bench-Hard has only a test split, not {split!r}")
+    path = first_existing(_variants(data_dir / "bbh" / "bbh" / f"{name}.json", ".gz"))
+    obj = read_json(path)
+    examples = obj.get("examples") if isinstance(obj, dict) else None
+    if not isinstance(examples, list):
+        raise UserError(f"{path}: expected a JSON object with a list field 'examples'")
+    rows = []
+    for i, ex in enumerate(examples):
+        if not (isinstance(ex, dict) and isinstance(ex.get("input"), str)
+                and isinstance(ex.get("target"), str)):
+            raise UserError(f"{path}: examples[{i}] needs string fields 'input' and 'target'")
+        rows.append({"input": ex["input"], "target": ex["target"]})
+    return rows
+
+
 LOADERS: dict[str, Callable[[Path, Optional[str], str], Rows]] = {
     "cais/mmlu": mmlu,
     "allenai/social_i_qa": social_i_qa,
     "allenai/ai2_arc": ai2_arc,
     "Rowan/hellaswag": hellaswag,
+    "openai/gsm8k": gsm8k,
+    "SaylorTwift/bbh": bbh,
+    **local_harness.LOADERS,
+    **local_code.LOADERS,
 }

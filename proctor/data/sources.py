@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from proctor.data import hub, local
-from proctor.data.readers import read_json
+from proctor.data.readers import read_json, read_text
 from proctor.errors import UserError
 
 DATA_DIR_ENV = "PROCTOR_DATA_DIR"
@@ -62,3 +62,15 @@ def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict
     if len(examples) < k:
         raise UserError(f"{path}: has {len(examples)} examples, the spec needs {k}")
     return copy.deepcopy(examples[:k])
+
+
+def load_data_text(relative: str, purpose: str, data_dir: Optional[PathLike]) -> str:
+    """A text file under the data directory (e.g. `bbh/cot-prompts/<task>.txt`), as UTF-8."""
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        raise UserError(f"{purpose} comes from <data dir>/{relative}, and no data directory was "
+                        "given; pass --data-dir DIR or set PROCTOR_DATA_DIR")
+    path = root / relative
+    if not path.is_file():
+        raise UserError(f"{purpose} not found: {path}")
+    return read_text(path)

@@ -27,6 +27,9 @@ class TaskConfig:
     limit: Optional[float] = None   # the spec's own sampling limit (seed 1234), not --limit
     fewshot_source: Optional[str] = None
     subject: Optional[str] = None   # MMLU subject
+    # Examples the prompt really holds when that differs from num_shots: TruthfulQA's
+    # lm-eval format is "0-shot" with a fixed 6-example QA primer in every prompt.
+    effective_shots: Optional[int] = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,28 @@ MMLU_TEST: dict[str, int] = {
     "sociology": 201, "us_foreign_policy": 100, "virology": 166, "world_religions": 171,
 }
 
+# BIG-Bench-Hard (Suzgun et al. release), 27 tasks, 6,511 docs
+BBH_TEST: dict[str, int] = {
+    "boolean_expressions": 250, "causal_judgement": 187, "date_understanding": 250,
+    "disambiguation_qa": 250, "dyck_languages": 250, "formal_fallacies": 250,
+    "geometric_shapes": 250, "hyperbaton": 250, "logical_deduction_five_objects": 250,
+    "logical_deduction_seven_objects": 250, "logical_deduction_three_objects": 250,
+    "movie_recommendation": 250, "multistep_arithmetic_two": 250, "navigate": 250,
+    "object_counting": 250, "penguins_in_a_table": 146,
+    "reasoning_about_colored_objects": 250, "ruin_names": 250,
+    "salient_translation_error_detection": 250, "snarks": 178, "sports_understanding": 250,
+    "temporal_sequences": 250, "tracking_shuffled_objects_five_objects": 250,
+    "tracking_shuffled_objects_seven_objects": 250,
+    "tracking_shuffled_objects_three_objects": 250, "web_of_lies": 250, "word_sorting": 250,
+}
+
+# BIG-bench multiple-choice tasks (hails/bigbench `<task>_zero_shot`, split "default")
+BIGBENCH_DEFAULT: dict[str, int] = {
+    "date_understanding": 369, "strategyqa": 2290, "conceptual_combinations": 103,
+    "logical_deduction": 1500, "misconceptions": 219, "movie_recommendation": 500,
+    "novel_concepts": 32, "strange_stories": 174, "understanding_fables": 189,
+}
+
 # (dataset, config) -> split -> rows
 SPLIT_SIZES: dict[tuple[str, Optional[str]], dict[str, int]] = {
     ("allenai/social_i_qa", None): {"validation": 1954, "train": 33410},
@@ -35,6 +57,11 @@ SPLIT_SIZES: dict[tuple[str, Optional[str]], dict[str, int]] = {
     ("allenai/ai2_arc", "ARC-Easy"): {"test": 2376, "validation": 570, "train": 2251},
     ("Rowan/hellaswag", None): {"validation": 10042, "train": 39905},
     **{("cais/mmlu", s): {"test": n} for s, n in MMLU_TEST.items()},
+    ("truthfulqa/truthful_qa", "multiple_choice"): {"validation": 817},
+    **{("hails/bigbench", f"{t}_zero_shot"): {"default": n} for t, n in BIGBENCH_DEFAULT.items()},
+    ("openai/gsm8k", "main"): {"test": 1319, "train": 7473},
+    **{("SaylorTwift/bbh", t): {"test": n} for t, n in BBH_TEST.items()},
+    ("openai/openai_humaneval", None): {"test": 164},
 }
 
 

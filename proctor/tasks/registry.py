@@ -11,15 +11,18 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.errors import UserError
-from proctor.tasks import arc, hellaswag, mmlu, socialiqa
+from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, socialiqa
 from proctor.tasks.base import Task, TaskConfig
+from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
+from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
 from proctor.tasks.counts import official_item_count
 from proctor.tasks.spec import parse_spec
 
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
            "leaf_specs", "task_config", "task_rows"]
 
-_FAMILIES = (mmlu, socialiqa, arc, hellaswag)
+_FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh,
+             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,11 @@ def _suites() -> dict[str, Suite]:
             out[name] = Suite(name, tuple(f"mmlu_{s}:{fmt}::olmes" for s in subjects))
         out[f"mmlu:{fmt}::olmes"] = Suite(
             f"mmlu:{fmt}::olmes", tuple(f"{c}:{fmt}::olmes" for c in mmlu.CATEGORIES))
+    # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
+    out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
+    # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
+    for name, members in lb_mmlu.suites().items():
+        out[name] = Suite(name, members, primary="micro")
     return out
 
 
@@ -174,6 +182,7 @@ def task_rows(pattern: Optional[str] = None, data_dir: Optional[Path] = None) ->
             continue
         config = _tasks()[name][1]
         n, source = count(name)
-        rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=config.num_shots,
+        shots = config.num_shots if config.effective_shots is None else config.effective_shots
+        rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=shots,
                             primary_metric=config.primary_metric, items=n, items_source=source))
     return rows

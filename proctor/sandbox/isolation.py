@@ -1,0 +1,188 @@
+"""Which isolation this machine allows, and the command prefix that sets it up.
+
+From strongest to weakest:
+
+- `bwrap`: bubblewrap with new network, PID, IPC and UTS namespaces, a read-only view of
+  `/`, fresh `/tmp`, `/var/tmp`, `/dev/shm`, `/dev` and `/proc`; dies with the evaluator.
+- `namespaces`: util-linux `unshare` with new network, PID (own /proc), mount, IPC and UTS
+  namespaces; the runner mounts private tmpfs over the world-writable directories.
+- `none`: a plain child process. It has no network isolation, so it is refused unless
+  the caller passes `allow_unsafe_exec=True`.
+
+On top of either namespace kind, when the evaluator is root the program runs under a
+dedicated unprivileged uid (one per pool slot): it cannot signal the evaluator, cannot
+write outside its directory, and RLIMIT_NPROC binds (it never binds root). A directory
+that uid cannot enter but the interpreter lives under (e.g. /root for a pyenv Python) is
+covered by an empty tmpfs with only the interpreter bound back, which also hides the rest
+of it. When not root, the namespaces are entered through a user namespace instead, with
+no uid drop (untested here: this machine runs as root).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+
+from proctor.errors import UserError
+from proctor.sandbox import cgroups
+
+#: first of 256 uids for sandbox slots (Debian's "allocated on demand" range 60000-64999);
+#: they must belong to no real account, as RLIMIT_NPROC counts all of a uid's processes
+SANDBOX_UID_BASE = 64000
+
+
+class Isolation(str, enum.Enum):
+    BWRAP = "bwrap"
+    NAMESPACES = "namespaces"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What a sandbox run is isolated by; `describe()` is what a run's metrics carry."""
+
+    isolation: Isolation
+    drops_uid: bool                     # program runs as SANDBOX_UID_BASE + slot
+    cgroups: tuple[str, ...] = ()       # controllers limiting each run, e.g. ("pids", "memory")
+
+    @property
+    def network_isolated(self) -> bool:
+        return self.isolation is not Isolation.NONE
+
+    def describe(self) -> str:
+        parts = [self.isolation.value, "uid-drop" if self.drops_uid else "same-uid", "rlimits"]
+        parts += [f"cgroup-{c}" for c in self.cgroups]
+        return "+".join(parts)
+
+
+def _works(cmd: list[str]) -> bool:
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _uid_mapped(uid: int) -> bool:
+    """Whether `uid` exists in this (possibly container's) user namespace."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            for line in f:
+                inside, _outside, count = (int(x) for x in line.split())
+                if inside <= uid < inside + count:
+                    return True
+    except OSError:
+        return False
+    return False
+
+
+@lru_cache(maxsize=1)
+def interpreter_dirs() -> tuple[str, ...]:
+    """What the sandbox must be able to read: the interpreter, `python -I`'s import path
+    and the runner script (outermost directories only)."""
+    out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
+                         capture_output=True, text=True, check=True, env={"PATH": os.defpath})
+    wanted = {*json.loads(out.stdout), sys.prefix, sys.base_prefix,
+              os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(__file__))}
+    dirs = sorted(os.path.realpath(p) for p in wanted if p and os.path.isdir(p))
+    return tuple(d for d in dirs if not any(d.startswith(k + "/") for k in dirs if k != d))
+
+
+def _blocking_ancestor(path: str) -> Optional[str]:
+    """The highest ancestor of `path` that other users cannot enter (e.g. /root, mode 700)."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts)):
+        ancestor = "/" + "/".join(parts[:i])
+        if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+            return ancestor
+    return None
+
+
+def exposures() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(ancestor, interpreter dirs under it) where the sandbox uid could not reach them.
+
+    With a mount namespace the ancestor is covered by an empty tmpfs (which also hides
+    the rest of it, e.g. /root) and those dirs are bind-mounted back in place.
+    """
+    plan: dict[str, list[str]] = {}
+    for d in interpreter_dirs():
+        ancestor = _blocking_ancestor(d)
+        if ancestor is not None:
+            plan.setdefault(ancestor, []).append(d)
+    return tuple((a, tuple(ds)) for a, ds in plan.items())
+
+
+def bwrap_prefix(root: bool) -> list[str]:
+    prefix = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+              "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+              "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
+    for ancestor, dirs in exposures():
+        prefix += ["--tmpfs", ancestor]
+        for d in dirs:
+            # --dir makes each parent 0755 (bwrap would create missing parents 0700)
+            parts = d[len(ancestor):].strip("/").split("/")
+            for i in range(1, len(parts)):
+                prefix += ["--dir", ancestor + "/" + "/".join(parts[:i])]
+            prefix += ["--ro-bind", d, d]
+    if not root:
+        prefix.insert(1, "--unshare-user")
+    return prefix
+
+
+def unshare_prefix(root: bool) -> list[str]:
+    prefix = ["unshare", "--net", "--pid", "--mount", "--ipc", "--uts", "--fork",
+              "--kill-child", "--mount-proc"]
+    if not root:
+        prefix.insert(1, "--map-root-user")
+    return prefix
+
+
+@lru_cache(maxsize=1)
+def detect() -> SandboxInfo:
+    """The strongest isolation that works here (probed once per process)."""
+    root = _is_root()
+    drops_uid = root and _uid_mapped(SANDBOX_UID_BASE + 255)
+    controllers = cgroups.available()
+    if shutil.which("bwrap") and _works(bwrap_prefix(root) + ["true"]):
+        return SandboxInfo(Isolation.BWRAP, drops_uid, controllers)
+    if shutil.which("unshare") and _works(unshare_prefix(root) + ["true"]):
+        return SandboxInfo(Isolation.NAMESPACES, drops_uid, controllers)
+    # Without a mount namespace nothing can make a stdlib under e.g. /root readable to
+    # another uid, and a program that cannot import `math` would fail every test.
+    return SandboxInfo(Isolation.NONE, drops_uid and not exposures(), controllers)
+
+
+def command_prefix(info: SandboxInfo) -> list[str]:
+    """The launcher command; its path resolved here, as the sandbox's own PATH is minimal."""
+    root = _is_root()
+    if info.isolation is Isolation.BWRAP:
+        prefix = bwrap_prefix(root)
+    elif info.isolation is Isolation.NAMESPACES:
+        prefix = unshare_prefix(root)
+    else:
+        return []
+    return [shutil.which(prefix[0]) or prefix[0], *prefix[1:]]
+
+
+def require(info: SandboxInfo, allow_unsafe_exec: bool) -> None:
+    """Refuse to run untrusted code without network isolation unless explicitly allowed."""
+    if info.network_isolated or allow_unsafe_exec:
+        return
+    raise UserError(
+        "cannot isolate generated code from the network here (neither bubblewrap nor "
+        "`unshare --net` works); install bubblewrap or allow namespaces, or pass "
+        "--allow-unsafe-exec to run it anyway with only rlimits"
+        + (" and a separate uid" if info.drops_uid else ""))
+

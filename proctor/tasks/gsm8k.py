@@ -1,0 +1,137 @@
+"""GSM8K (`openai/gsm8k`, config `main`): OLMES 8-shot chain-of-thought generation.
+
+Specs:
+
+- `gsm8k::olmo3:n8:v2` — the OLMo 3 protocol of spec/olmes.md: 8 samples per question at
+  temperature 0.6, top-p 0.6; per doc pass_at_{1,2,4,8}, maj_at_{1,2,4,8} and
+  exact_match (first sample); primary pass_at_1.
+- `gsm8k::olmes` — OLMES-v0.2's greedy GSM8K, primary exact_match. Source: the
+  `"gsm8k::olmes"` entry of allenai/olmes `oe_eval/configs/tasks.py` (task gsm8k, split
+  test, num_shots 8, fewshot_source STD:GSM8k, primary exact_match, no overrides), so its
+  generation is the GSM8K task default of `oe_eval/tasks/oe_eval_tasks/gsm8k.py`:
+  max_gen_toks 512, do_sample False, temperature 0.0, stop sequences
+  ["Question:", "</s>", "<|im_end|>", "\\n\\n"] — the same as olmo3:n8:v2, which only
+  overrides sampling and repeats (OLMES's gsm8k.py itself was not in the searched corpus;
+  its defaults are as quoted by ports of it and the OLMo-3 evaluation protocol).
+
+Both: test split, 1,319 docs in order; native_id = row index (OLMES maps the split with
+`with_indices=True` into field `id`); prompt = 8 shots of STD:GSM8k
+("Question: q\\nAnswer: <cot>") then "Question: q\\nAnswer:".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from proctor.data import load_fewshot, load_split
+from proctor.errors import UserError
+from proctor.metrics.answers import extract_last_number, gsm8k_gold, gsm8k_match
+from proctor.metrics.samples import sampled_metrics
+from proctor.requests import Generate, GenerateResult
+from proctor.tasks.base import TaskConfig, assign_query_ids
+from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
+from proctor.tasks.prompts import fewshot_prefix, make_cloze_prompt, shot_block
+
+DATASET = "openai/gsm8k"
+CONFIG = "main"
+FEWSHOT = "STD:GSM8k"
+STOP = ("Question:", "</s>", "<|im_end|>", "\n\n")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What differs between the GSM8K specs: decoding and the metrics reported."""
+
+    max_gen_toks: int
+    do_sample: bool
+    temperature: float
+    top_p: float
+    repeats: int
+    ks: tuple[int, ...]          # pass_at_k / maj_at_k reported (empty: exact_match only)
+    primary_metric: str
+
+
+VARIANTS: dict[str, Variant] = {
+    "gsm8k::olmo3:n8:v2": Variant(max_gen_toks=512, do_sample=True, temperature=0.6, top_p=0.6,
+                                  repeats=8, ks=(1, 2, 4, 8), primary_metric="pass_at_1"),
+    "gsm8k::olmes": Variant(max_gen_toks=512, do_sample=False, temperature=0.0, top_p=1.0,
+                            repeats=1, ks=(), primary_metric="exact_match"),
+}
+
+
+class GSM8KTask(GenerationTask):
+    def __init__(self, config: TaskConfig):
+        super().__init__(config)
+        self.variant = VARIANTS[config.name]
+        ks = self.variant.ks
+        self.metric_names = (*(f"pass_at_{k}" for k in ks), *(f"maj_at_{k}" for k in ks),
+                             "exact_match")
+
+    def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        rows = load_split(DATASET, CONFIG, self.config.split, data_dir)
+        return [{**row, "native_id": i, "split": self.config.split} for i, row in enumerate(rows)]
+
+    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+        k = self.config.num_shots
+        if k == 0:
+            return ""
+        shots = load_fewshot(FEWSHOT, k, data_dir)
+        return fewshot_prefix("", [shot_block(make_cloze_prompt(s["question"]), s["answer"])
+                                   for s in shots])
+
+    def request(self, prompt: str) -> Generate:
+        v = self.variant
+        return Generate(context=prompt, max_gen_toks=v.max_gen_toks, stop=STOP,
+                        do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p,
+                        repeats=v.repeats)
+
+    def instances(self, data_dir: Optional[Path],
+                  limit: Optional[int] = None) -> list[GenerationInstance]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise UserError(f"--limit must be a positive integer, got {limit!r}")
+        docs = self.docs(data_dir)
+        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
+        prefix = self.prompt_prefix(data_dir)
+        return [
+            GenerationInstance(
+                query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
+                request=self.request(prefix + make_cloze_prompt(doc["question"])),
+                target=gsm8k_gold(doc["answer"]),
+                metadata={"benchmark": self.config.benchmark, "subject": None,
+                          "reasoning_type": None, "split": doc["split"]},
+            )
+            for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids))
+        ]
+
+    def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        samples = result.samples
+        if not samples:
+            raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
+        gold = instance.target
+        answers = [extract_last_number(s.text) for s in samples]
+        correct = [gsm8k_match(a, gold) for a in answers]
+        metrics = sampled_metrics(answers, correct, self.variant.ks)
+        metrics["exact_match"] = 1.0 if correct[0] else 0.0
+        return DocScore(
+            metrics=metrics,
+            predicted_answer=answers[0],
+            correct_answer=gold,
+            is_correct=correct[0],
+            model_output=[{"text": s.text, "num_tokens": s.num_tokens,
+                           "finish_reason": s.finish_reason, "extracted": a, "correct": ok}
+                          for s, a, ok in zip(samples, answers, correct)],
+        )
+
+
+def configs() -> dict[str, TaskConfig]:
+    return {
+        name: TaskConfig(name=name, benchmark="gsm8k", dataset_path=DATASET, dataset_name=CONFIG,
+                         split="test", num_shots=8, primary_metric=v.primary_metric,
+                         fewshot_source=FEWSHOT)
+        for name, v in VARIANTS.items()
+    }
+
+
+TASK_CLASS = GSM8KTask

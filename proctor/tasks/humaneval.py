@@ -1,0 +1,176 @@
+"""HumanEval (`openai/openai_humaneval`, test split, 164 problems): code completion
+judged by running the problem's tests on the completed function in the sandbox.
+
+Both specs reproduce lm-evaluation-harness 0.4.13's `humaneval` task family
+(lm_eval/tasks/humaneval/humaneval*.yaml and utils.py):
+
+- prompt = the doc's `prompt` (the signature and docstring), 0-shot, no chat template;
+- generation stops at "\\nclass", "\\ndef", "\\n#", "\\nif" or "\\nprint", at most 1,024
+  new tokens;
+- the program run is `prompt + completion + "\\n" + test + "\\ncheck(entry_point)"`
+  (lm-eval's `build_predictions` filter joins prompt and completion; HF `code_eval`
+  appends "\\n" and the reference, which is `doc_to_target` = test + "\\ncheck(...)");
+- a sample passes when that program runs to the end within 3 s (code_eval's timeout);
+- per-doc pass@k is the unbiased estimator of Chen et al. (2021), averaged over docs.
+
+Specs:
+
+- `humaneval::greedy` — lm-eval `humaneval`: greedy, 1 sample, pass_at_1.
+- `humaneval::n64` — lm-eval `humaneval_64`: 64 samples at temperature 0.2, top-p 0.95,
+  pass_at_{2,8,16,32,64} as lm-eval reports, plus pass_at_1 (the primary metric here:
+  the usual headline number of the sampled protocol).
+
+native_id = the problem's `task_id` ("HumanEval/0"). Not reproduced: the instruct
+variants (`humaneval_instruct`, chat prompt with a gen_prefix) and `humaneval_plus`.
+
+Scoring runs code, so it is not pure like other tasks' `score`: `score_many` runs every
+sample of many docs in one bounded pool, and each sample's record says how it ended and
+which isolation ran it. Set `allow_unsafe_exec` (the CLI's `--allow-unsafe-exec`) to run
+where no network isolation is possible; `preflight()` refuses early otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from proctor import sandbox
+from proctor.data import load_split
+from proctor.errors import UserError
+from proctor.metrics.sampling import pass_at_k
+from proctor.requests import Generate, GenerateResult
+from proctor.tasks.base import TaskConfig, assign_query_ids
+from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
+
+DATASET = "openai/openai_humaneval"
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+MAX_GEN_TOKS = 1024
+LIMITS = sandbox.Limits(wall_s=3.0)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What differs between the HumanEval specs: decoding and the pass@k reported."""
+
+    repeats: int
+    do_sample: bool
+    temperature: float
+    top_p: float
+    ks: tuple[int, ...]
+    primary_metric: str
+
+
+VARIANTS: dict[str, Variant] = {
+    "humaneval::greedy": Variant(repeats=1, do_sample=False, temperature=0.0, top_p=1.0,
+                                 ks=(1,), primary_metric="pass_at_1"),
+    "humaneval::n64": Variant(repeats=64, do_sample=True, temperature=0.2, top_p=0.95,
+                              ks=(1, 2, 8, 16, 32, 64), primary_metric="pass_at_1"),
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What `score` needs of a doc besides the completion (an instance's `target`)."""
+
+    prompt: str
+    test: str
+    entry_point: str
+    canonical_solution: str
+
+    def program(self, completion: str) -> str:
+        return self.prompt + completion + "\n" + self.test + f"\ncheck({self.entry_point})"
+
+
+class HumanEvalTask(GenerationTask):
+    def __init__(self, config: TaskConfig):
+        super().__init__(config)
+        self.variant = VARIANTS[config.name]
+        self.metric_names = tuple(f"pass_at_{k}" for k in self.variant.ks)
+        self.allow_unsafe_exec = False
+        self.limits = LIMITS
+        self.workers: Optional[int] = None   # sandbox pool size; None: by CPU count
+
+    def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        rows = load_split(DATASET, None, self.config.split, data_dir)
+        return [{**row, "native_id": row["task_id"], "split": self.config.split} for row in rows]
+
+    def request(self, prompt: str) -> Generate:
+        v = self.variant
+        return Generate(context=prompt, max_gen_toks=MAX_GEN_TOKS, stop=STOP, do_sample=v.do_sample,
+                        temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
+
+    def instances(self, data_dir: Optional[Path],
+                  limit: Optional[int] = None) -> list[GenerationInstance]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise UserError(f"--limit must be a positive integer, got {limit!r}")
+        docs = self.docs(data_dir)
+        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
+        return [
+            GenerationInstance(
+                query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
+                request=self.request(doc["prompt"]),
+                target=Problem(doc["prompt"], doc["test"], doc["entry_point"],
+                               doc["canonical_solution"]),
+                metadata={"benchmark": self.config.benchmark, "subject": None,
+                          "reasoning_type": None, "split": doc["split"]},
+            )
+            for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids))
+        ]
+
+    # ---- scoring: runs code ------------------------------------------------------
+
+    def sandbox_info(self) -> sandbox.SandboxInfo:
+        return sandbox.detect()
+
+    def preflight(self) -> None:
+        """Refuse before any generation when the sandbox would refuse to run the samples."""
+        sandbox.require(self.sandbox_info(), self.allow_unsafe_exec)
+
+    def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        return self.score_many([instance], [result])[0]
+
+    def score_many(self, instances: Sequence[GenerationInstance],
+                   results: Sequence[GenerateResult]) -> list[DocScore]:
+        """Every sample of every doc through one sandbox pool; one DocScore per doc."""
+        if len(instances) != len(results):
+            raise ValueError(f"{len(instances)} instances but {len(results)} results")
+        for inst, res in zip(instances, results):
+            if len(res.samples) < max(self.variant.ks):
+                raise ValueError(f"{inst.query_id}: {len(res.samples)} samples, pass@k needs "
+                                 f"{max(self.variant.ks)}")
+        programs = [inst.target.program(s.text) for inst, res in zip(instances, results)
+                    for s in res.samples]
+        runs = iter(sandbox.run_many(programs, self.limits, workers=self.workers,
+                                     allow_unsafe_exec=self.allow_unsafe_exec))
+        where = self.sandbox_info().describe()
+        return [self._doc_score(inst, res, [next(runs) for _ in res.samples], where)
+                for inst, res in zip(instances, results)]
+
+    def _doc_score(self, instance: GenerationInstance, result: GenerateResult,
+                   runs: list[sandbox.ExecResult], where: str) -> DocScore:
+        n, c = len(runs), sum(r.passed for r in runs)
+        metrics = {f"pass_at_{k}": pass_at_k(n, c, k) for k in self.variant.ks}
+        first = result.samples[0]
+        return DocScore(
+            metrics=metrics,
+            predicted_answer=first.text,
+            correct_answer=instance.target.canonical_solution,
+            is_correct=runs[0].passed,
+            model_output=[{"text": s.text, "num_tokens": s.num_tokens,
+                           "finish_reason": s.finish_reason, "passed": r.passed,
+                           "outcome": r.outcome.value, "detail": r.detail,
+                           "exec_time_s": r.elapsed_s, "sandbox": where}
+                          for s, r in zip(result.samples, runs)],
+        )
+
+
+def configs() -> dict[str, TaskConfig]:
+    return {
+        name: TaskConfig(name=name, benchmark="humaneval", dataset_path=DATASET, dataset_name=None,
+                         split="test", num_shots=0, primary_metric=v.primary_metric)
+        for name, v in VARIANTS.items()
+    }
+
+
+TASK_CLASS = HumanEvalTask
