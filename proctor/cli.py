@@ -33,6 +33,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {value}")
+    return value
+
+
 def _batch_size(text: str):
     return "auto" if text == "auto" else _positive_int(text)
 
@@ -69,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="batch-invariant scores: bitwise identical for any batch size and request order (slower)",
     )
+    run.add_argument("--seed", type=_seed, default=None,
+                     help="run seed every sample's seed derives from (default 1234)")
+    run.add_argument(
+        "--allow-unsafe-exec",
+        action="store_true",
+        help="run generated code (HumanEval) even where the sandbox cannot cut off the network",
+    )
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -91,7 +108,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from proctor.backends.hf import load_backend
     from proctor.backends.models import cache_root
     from proctor.engine import Engine, ResultCache
+    from proctor.engine.gen_plan import DEFAULT_SEED
     from proctor.evaluate import evaluate, plan, primary_scores
+    from proctor.evaluate_generation import prepare_code_execution
     from proctor.outputs.atomic import staged_directory
     from proctor.outputs.provenance import code_git_state, library_versions
     from proctor.outputs.run_dir import write_run
@@ -103,7 +122,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     data_dir = resolve_data_dir(args.data_dir)
     output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
     evaluation = plan(specs, data_dir, args.limit)
+    prepare_code_execution(evaluation, args.allow_unsafe_exec)  # a refusal costs no model load
     data_seconds = time.perf_counter() - t0
+    seed = DEFAULT_SEED if args.seed is None else args.seed
 
     backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
     load_seconds = time.perf_counter() - t0 - data_seconds
@@ -113,6 +134,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cache=ResultCache(cache_root() / "results.sqlite"),
         progress=not args.no_progress,
         deterministic=args.deterministic,
+        seed=seed,
     )
     t_eval = time.perf_counter()
     evaluate(evaluation, engine)
@@ -131,6 +153,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "max_length": args.max_length,
             "batch_size": args.batch_size,
             "deterministic": args.deterministic,
+            "seed": seed,
         },
         "run_config": {"tasks": specs, "limit": args.limit, "data_dir": str(data_dir) if data_dir else None},
         "versions": library_versions(),
@@ -152,6 +175,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "engine": {
             **asdict(engine.stats),
             "tokens_per_second": engine.stats.tokens_run / eval_seconds if eval_seconds else None,
+            "generated_tokens_per_second": engine.stats.gen_tokens / engine.stats.gen_seconds
+            if engine.stats.gen_seconds and engine.stats.gen_tokens else None,
         },
     }
     with staged_directory(output) as stage:

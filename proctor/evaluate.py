@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from proctor.engine import Engine
-from proctor.metrics import MeanStat, aggregate_docs, choice_score, score_multiple_choice, suite_scores
+from proctor.metrics import MeanStat, aggregate_docs, choice_score, score_multiple_choice
 from proctor.metrics.harness import lm_eval_choice_metrics
 from proctor.outputs.records import Prediction, QueryMetadata
-from proctor.requests import LoglikelihoodResult
+from proctor.evaluate_generation import generation_settings, is_generation_run, score_generation
+from proctor.requests import Generate, LoglikelihoodResult
+from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.base import Instance, Task, TaskConfig
 from proctor.tasks.registry import resolve
 
@@ -30,6 +32,7 @@ class TaskRun:
     sidecar: list[QueryMetadata] = field(default_factory=list)
     metrics: dict[str, MeanStat] = field(default_factory=dict)
     seconds: float = 0.0
+    task: Optional[Task] = None   # the task object (generation tasks score through it)
 
     @property
     def primary(self) -> MeanStat:
@@ -45,6 +48,7 @@ class TaskRun:
             "metrics": {k: {"mean": s.mean, "stderr": s.stderr} for k, s in self.metrics.items()},
             "processing_time": self.seconds,
             "warnings": self.warnings,
+            **({"generation": generation_settings(self)} if is_generation_run(self) else {}),
         }
 
 
@@ -73,7 +77,7 @@ def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int]) -
         spec_plans.append(SpecPlan(spec, names, is_suite=names != [spec]))
         for task in tasks:
             if task.config.name not in runs:
-                runs[task.config.name] = TaskRun(task.config, task.instances(data_dir, limit))
+                runs[task.config.name] = TaskRun(task.config, task.instances(data_dir, limit), task=task)
     for run in runs.values():
         run.warnings.extend(duplicate_native_id_warnings(run))
     return Plan(spec_plans, runs)
@@ -92,6 +96,8 @@ def duplicate_native_id_warnings(run: TaskRun) -> list[str]:
 
 def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None:
     """Fill a task run's predictions, sidecar rows and aggregates from engine results."""
+    if is_generation_run(run):
+        return score_generation(run, results)  # type: ignore[arg-type]
     primary_kind = run.config.primary_metric.removeprefix("acc_")
     doc_metrics = []
     for inst in run.instances:
@@ -140,34 +146,28 @@ def evaluate(evaluation: Plan, engine: Engine) -> None:
         for inst in run.instances
         for req in (*inst.requests, *inst.uncond_requests)
     ]
+    scored = [r for r in requests if not isinstance(r, Generate)]
+    generated = [r for r in requests if isinstance(r, Generate)]
     started = time.perf_counter()
-    outputs = engine.run(requests)
-    by_key = {req.key: out for req, out in zip(requests, outputs)}
-    total_requests = max(len(requests), 1)
-    elapsed = time.perf_counter() - started
+    by_key: dict = dict(zip((r.key for r in scored), engine.run(scored)))
+    scored_seconds = time.perf_counter() - started
+    by_key.update(zip((r.key for r in generated), engine.generate(generated)))
+    generated_seconds = time.perf_counter() - started - scored_seconds
     for run in evaluation.tasks.values():
         t0 = time.perf_counter()
         score_task(run, by_key)
         own = sum(len(i.requests) + len(i.uncond_requests) for i in run.instances)
-        # Requests are batched across tasks, so model time is shared out by request count.
-        run.seconds = elapsed * own / total_requests + (time.perf_counter() - t0)
+        # Requests are batched across tasks, so model time is shared out by request count
+        # (generation time among generation requests, scoring time among the others).
+        if is_generation_run(run):
+            share = generated_seconds * own / max(len(generated), 1)
+        else:
+            share = scored_seconds * own / max(len(scored), 1)
+        run.seconds = share + (time.perf_counter() - t0)
 
 
 def primary_scores(evaluation: Plan) -> dict[str, dict]:
-    """The headline number of each spec the user asked for (suite: macro of task primaries)."""
-    scores: dict[str, dict] = {}
-    for sp in evaluation.specs:
-        runs = [evaluation.tasks[name] for name in sp.task_names]
-        if sp.is_suite:
-            suite = suite_scores([r.primary for r in runs])
-            metric = runs[0].config.primary_metric
-            scores[sp.spec] = {"metric": metric, "score": suite["macro"], "stderr": suite["macro_stderr"], **suite}
-        else:
-            run = runs[0]
-            scores[sp.spec] = {
-                "metric": run.config.primary_metric,
-                "score": run.primary.mean,
-                "stderr": run.primary.stderr,
-                "num_instances": run.primary.count,
-            }
-    return scores
+    """The headline entry of each spec the user asked for: a task's primary metric; a suite's
+    declared primary aggregation as `score`, its other aggregations and members beside it."""
+    results = {name: TaskResult.of(run.config, run.primary) for name, run in evaluation.tasks.items()}
+    return {sp.spec: spec_entry(sp.spec, results) for sp in evaluation.specs}

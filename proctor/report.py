@@ -20,10 +20,11 @@ def print_results(scores: Mapping[str, dict], runs: Sequence, console: Console |
     for column in ("spec", "metric", "score", "± stderr", "n"):
         headline.add_column(column, justify="right" if column != "spec" else "left")
     for spec, s in scores.items():
-        headline.add_row(spec, s["metric"], _fmt(s["score"]), _fmt(s["stderr"]), str(s["num_instances"]))
+        for row in _headline_rows(spec, s):
+            headline.add_row(*row)
     console.print(headline)
 
-    if len(runs) > 1 or any(len(s) > 4 for s in scores.values()):
+    if len(runs) > 1 or any("members" in s for s in scores.values()):
         detail = Table(title="Tasks", title_justify="left")
         names = ["acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond"]
         for column in ("task", "n", *names):
@@ -34,11 +35,34 @@ def print_results(scores: Mapping[str, dict], runs: Sequence, console: Console |
         console.print(detail)
 
 
+def _metric(entry: Mapping) -> str:
+    agg = entry.get("aggregation")
+    return f"{agg}({entry['metric']})" if agg else entry["metric"]
+
+
+def _headline_rows(spec: str, s: Mapping) -> list[tuple[str, ...]]:
+    """A spec's row; for a suite also its other aggregations, and its members where the
+    headline is not a plain mean over tasks (a table of benchmarks, or no overall score)."""
+    if "members" not in s:
+        return [(spec, s["metric"], _fmt(s["score"]), _fmt(s["stderr"]), str(s["num_instances"]))]
+    primary = s.get("aggregation")
+    rows = [(spec, _metric(s) if primary else "each member's", _fmt(s["score"]), _fmt(s["stderr"]),
+             str(s["num_instances"]))]
+    for agg in ("macro", "micro", "member_mean", "rrgs"):
+        if agg in s and agg != primary:
+            rows.append((f"  {agg}", "", _fmt(s[agg]), _fmt(s.get(f"{agg}_stderr")), ""))
+    if primary not in ("macro", "micro"):
+        for name, m in s["members"].items():
+            rows.append((f"  {name}", _metric(m), _fmt(m["score"]), _fmt(m["stderr"]), str(m["num_instances"])))
+    return rows
+
+
 def print_task_table(rows: Iterable, console: Console | None = None) -> None:
     console = console or Console(width=200)
     table = Table(title_justify="left")
     for column in ("spec", "kind", "split", "shots", "primary metric", "items"):
         table.add_column(column, justify="right" if column in ("shots", "items") else "left")
     for row in rows:
-        table.add_row(row.spec, row.kind, row.split, str(row.shots), row.primary_metric, str(row.items))
+        shots = str(row.shots) if row.shots >= 0 else "mixed"
+        table.add_row(row.spec, row.kind, row.split, shots, row.primary_metric, str(row.items))
     console.print(table)

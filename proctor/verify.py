@@ -1,8 +1,9 @@
 """The seed's count verification (olmes-evaluation-protocol.txt, "Count Verification").
 
-Checks, against the documented tables: item counts per benchmark and per MMLU
-subject, query_id uniqueness, SocialIQA reasoning-type coverage. Mismatches are
-errors; duplicate native ids (SocialIQA xlarge: 167) are warnings.
+Checks, against the documented tables: item counts and the sidecar `benchmark` of each
+of the four specs (GSM8K included), per MMLU subject counts, query_id uniqueness,
+SocialIQA reasoning-type coverage, and that `data_attribution::olmo3` runs those four.
+Mismatches are errors; duplicate native ids (SocialIQA xlarge: 167) are warnings.
 """
 
 from __future__ import annotations
@@ -15,14 +16,21 @@ from typing import Optional, Union
 from proctor.tasks.reasoning_types import REASONING_TYPES
 from proctor.tasks.base import Instance, assign_query_ids
 from proctor.tasks.registry import resolve
+from proctor.tasks.seed_suites import DATA_ATTRIBUTION
 
-# The seed's Benchmark Parameters table (gsm8k::olmo3:n8:v2 is not registered yet).
+# The seed's Benchmark Parameters table: item count and sidecar `benchmark` of each spec.
 BENCHMARK_COUNTS: dict[str, int] = {
     "socialiqa:mc::xlarge": 10000,
     "mmlu_social_sciences:mc::olmes": 3077,
+    "gsm8k::olmo3:n8:v2": 1319,
     "mmlu_stem:mc::olmes": 3018,
 }
-UNCHECKED = {"gsm8k::olmo3:n8:v2": 1319}
+SEED_BENCHMARKS: dict[str, str] = {
+    "socialiqa:mc::xlarge": "socialiqa",
+    "mmlu_social_sciences:mc::olmes": "mmlu_social_science",
+    "gsm8k::olmo3:n8:v2": "gsm8k",
+    "mmlu_stem:mc::olmes": "mmlu_stem",
+}
 
 # The seed's MMLU Subject Breakdown tables.
 SUBJECT_COUNTS: dict[str, int] = {
@@ -82,6 +90,8 @@ def verify(data_dir: Optional[Path]) -> VerifyReport:
         report.check(f"{spec} items", expected, len(instances))
         qids = [i.query_id for i in instances]
         report.check(f"{spec} unique query_ids", len(qids), len(set(qids)))
+        benchmarks = sorted({str(i.metadata.get("benchmark")) for i in instances})
+        report.check(f"{spec} benchmark", SEED_BENCHMARKS[spec], ",".join(benchmarks))
         for task, insts in by_task.items():
             _, dups = assign_query_ids(task, [i.native_id for i in insts])
             if dups:
@@ -103,8 +113,9 @@ def verify(data_dir: Optional[Path]) -> VerifyReport:
                     f"{spec}: {types[None]} of {len(instances)} questions "
                     f"({100 * types[None] / len(instances):.2f}%) match no ATOMIC wording "
                     "(reasoning_type null)")
-    for spec, n in UNCHECKED.items():
-        report.warnings.append(f"{spec} ({n} items in the seed) is not registered; not checked")
+    # the seed's one command runs exactly these specs: so does its suite
+    report.check(f"{DATA_ATTRIBUTION.name} members", ", ".join(sorted(BENCHMARK_COUNTS)),
+                 ", ".join(sorted(DATA_ATTRIBUTION.members)))
     return report
 
 

@@ -134,3 +134,12 @@ def test_real_model_loads_from_the_cached_conversion():
     assert backend.model.dtype == torch.float32
     assert backend.tokenizer.encode("Answer: A", add_special_tokens=False) == [21350, 42, 330]
     assert isinstance(backend, HFBackend)
+
+
+def test_cuda_budget_fills_free_memory_from_the_probe():
+    from proctor.backends.hf import fill_budget
+
+    # 2048 probe tokens took 64 MiB: 32 KiB a token; 10 GiB free, 80% used -> 262,144 tokens
+    assert fill_budget(10 << 30, 2048, 64 << 20, max_length=2048) == 262144
+    assert fill_budget(1 << 20, 2048, 64 << 20, max_length=2048) == 2048  # never below one full row
+    assert fill_budget(10 << 30, 2048, 64 << 20, max_length=2048) % 256 == 0

@@ -284,7 +284,8 @@ def test_hf_backend_turns_out_of_memory_into_batch_too_large(backend, monkeypatc
     def oom(*args, **kwargs):
         raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
 
-    monkeypatch.setattr(backend, "_logits_at", oom)
+    # the model's forward itself fails, whichever path (packed or padded) the backend takes
+    monkeypatch.setattr(backend.model.get_decoder(), "forward", oom)
     windows = [Engine(backend, progress=False).policy.window("Question: x\nAnswer:", " A")]
     rows = [Row(w.inputs, (Readout(w.start, w.targets),)) for w in windows]
     with pytest.raises(BatchTooLarge):
@@ -293,6 +294,6 @@ def test_hf_backend_turns_out_of_memory_into_batch_too_large(backend, monkeypatc
     def other(*args, **kwargs):
         raise RuntimeError("some other failure")
 
-    monkeypatch.setattr(backend, "_logits_at", other)
+    monkeypatch.setattr(backend.model.get_decoder(), "forward", other)
     with pytest.raises(RuntimeError, match="some other failure"):
         backend.score(rows)

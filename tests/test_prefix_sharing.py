@@ -91,6 +91,8 @@ def requests_for(tokenizer) -> list[Loglikelihood]:
     for q in QUESTIONS:
         out += [Loglikelihood(FEWSHOT + "Question: " + q + "\nAnswer:", c) for c in (" A", " B", " C", " D")]
         out += [Loglikelihood("Question: " + q + "\nAnswer:", c) for c in (" France", " the lazy dog", " nine")]
+        # RC after a shared few-shot block: the choices of one item nest inside the block's group
+        out += [Loglikelihood(FEWSHOT + "Question: " + q + "\nAnswer:", c) for c in (" France", " the lazy dog")]
     out.append(Loglikelihood("", " Paris is the capital of France"))
     return out
 
@@ -127,6 +129,55 @@ def test_shared_prefix_scores_equal_unshared(tmp_path_factory, arch, max_length,
     stats, _, _ = compare(backend, requests, batch_size)
     assert stats.prefixes_run > 0
     assert stats.tokens_run < stats.tokens_total
+    if max_length == 2048:
+        assert any(b.parents for b in Engine(backend, batch_size=batch_size, progress=False).plan(requests))
+
+
+def test_rc_items_after_a_shared_fewshot_block_nest():
+    shot = tuple(range(100, 140))
+    rows = []
+    for q in range(3):
+        question = shot + tuple(range(10 * q + 200, 10 * q + 220))
+        rows += [planned(f"q{q}c{c}", question + (300 + c, 301 + c), len(question) - 1, 2) for c in range(4)]
+    groups, rest = find_prefix_groups(rows)
+    assert rest == []
+    (group,) = groups
+    assert group.prefix == shot and group.rows == ()
+    assert [len(n.rows) for n in group.nested] == [4, 4, 4]
+    assert all(len(n.prefix) == len(shot) + 19 for n in group.nested)  # the question minus its read token
+    batches = plan_batches(rows, BatchLimits(max_rows=6), share_prefixes=True)
+    for b in batches:
+        assert b.prefix == shot
+        for i, r in enumerate(b.rows):
+            if r.keys:
+                full = next(x for x in rows if x.keys == r.keys)
+                head = b.rows[b.parent(i)].row.tokens if b.parent(i) >= 0 else ()
+                assert b.prefix + head + r.row.tokens == full.row.tokens
+    assert [sum(1 for r in b.rows if r.keys) for b in batches] == [4, 4, 4]  # max_rows counts rows with readouts
+    assert sum(b.full_tokens for b in batches) == sum(len(r.row.tokens) for r in rows)
+
+
+def test_a_batch_with_segments_that_runs_out_of_memory_is_scored_flat(tmp_path):
+    from proctor.backends import load_backend
+    from proctor.errors import BatchTooLarge
+
+    backend = load_backend(str(build_tiny_model(tmp_path / "llama")), device="cpu")
+    requests = [Loglikelihood(FEWSHOT + "Question: " + q + "\nAnswer:", c)
+                for q in QUESTIONS[:2] for c in (" France", " the lazy dog", " nine")]
+    want = Engine(backend, batch_size=64, progress=False).run(requests)
+    score = backend.score
+
+    def no_segments(rows, prefix=(), parents=()):
+        if any(p >= 0 for p in parents):
+            raise BatchTooLarge("segments")
+        return score(rows, prefix=prefix, parents=parents)
+
+    backend.score = no_segments
+    engine = Engine(backend, batch_size=64, progress=False)
+    got = engine.run(requests)
+    assert engine.stats.oom_splits >= 1
+    for a, b in zip(got, want):
+        assert a.sum_logits == pytest.approx(b.sum_logits, abs=1e-5)
 
 
 def test_gpt2_positions_continue_after_the_prefix(tmp_path):

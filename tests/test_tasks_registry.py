@@ -8,8 +8,8 @@ from proctor.errors import UserError
 from proctor.tasks import registry
 from proctor.tasks.counts import MMLU_TEST
 from proctor.tasks.mmlu import CATEGORIES, SUBJECTS
-from proctor.tasks.registry import (all_specs, all_suites, leaf_specs, parse_spec, resolve, suite,
-                                    task_rows)
+from proctor.tasks.registry import (Suite, all_specs, all_suites, leaf_specs, parse_spec, resolve,
+                                    suite, task_rows)
 
 
 def test_parse_spec():
@@ -25,13 +25,86 @@ def test_all_specs():
     assert len(SUBJECTS) == 57
     for s in SUBJECTS:
         assert f"mmlu_{s}:mc::olmes" in specs and f"mmlu_{s}:rc::olmes" in specs
+        assert f"mmlu_{s}::leaderboard" in specs
     for s in ("socialiqa:mc::xlarge", "socialiqa:mc::olmes", "socialiqa:rc::olmes",
               "arc_challenge:mc::olmes", "arc_challenge:rc::olmes", "arc_challenge:mc::xlarge",
               "arc_easy:mc::olmes", "arc_easy:rc::olmes", "arc_easy:mc::xlarge",
-              "hellaswag:rc::olmes", "hellaswag:rc::xlarge"):
+              "hellaswag:rc::olmes", "hellaswag:rc::xlarge",
+              "gsm8k::olmo3:n8:v2", "gsm8k::olmes", "humaneval::greedy", "humaneval::n64",
+              "arc_challenge::leaderboard", "hellaswag::leaderboard",
+              "truthfulqa_mc1::leaderboard", "truthfulqa_mc2::leaderboard"):
         assert s in specs
-    # the OLMES MC/RC families (other families add their own specs beside them)
-    assert len([s for s in specs if s.endswith(("::olmes", "::xlarge")) and ":" in s.split("::")[0]]) == 57 * 2 + 3 + 6 + 2
+    # exact counts per family module: a spec added or lost anywhere shows here
+    counts = {family.__name__.removeprefix("proctor.tasks."): len(family.configs())
+              for family in registry._FAMILIES}
+    assert counts == {
+        "mmlu": 57 * 2, "socialiqa": 3, "arc": 6, "hellaswag": 2,    # OLMES MC/RC
+        "gsm8k": 2, "bbh": 27, "humaneval": 2,                        # generation
+        "leaderboard.arc": 1, "leaderboard.hellaswag": 1, "leaderboard.mmlu": 57,
+        "leaderboard.truthfulqa": 2, "leaderboard.bigbench": 9,      # lm-eval formats
+    }
+    assert len(specs) == sum(counts.values()) == 226
+
+
+def test_every_suite_member_resolves():
+    tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
+    assert len(suites) == 19
+    assert not tasks & set(suites)
+    for s in suites.values():
+        assert s.members and len(set(s.members)) == len(s.members), s.name
+        for member in s.members:
+            assert member in tasks or member in suites, (s.name, member)
+        for member, aggregation in s.member_aggregation:
+            assert member in s.members and aggregation in suites[member].aggregations, s.name
+        if s.primary is not None:
+            assert s.primary in s.aggregations
+        leaves = leaf_specs(s.name)
+        assert leaves and set(leaves) <= tasks
+        assert [t.config.name for t in resolve(s.name)] == leaves
+
+
+def test_proctor_tasks_lists_every_spec(capsys):
+    from proctor.cli import main
+
+    rows = task_rows()
+    names = [r.spec for r in rows]
+    assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
+    assert [r.kind for r in rows] == ["suite"] * 19 + ["task"] * 226
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
+    assert listed == set(names)
+
+
+def test_seed_suites_resolve_and_list():
+    seed = suite("data_attribution::olmo3")
+    assert seed.members == ("socialiqa:mc::xlarge", "mmlu_social_sciences:mc::olmes",
+                            "mmlu_stem:mc::olmes", "gsm8k::olmo3:n8:v2")
+    assert seed.primary is None and seed.aggregations == ()
+    leaves = leaf_specs("data_attribution::olmo3")
+    assert len(leaves) == 1 + 12 + 18 + 1 and leaves[0] == "socialiqa:mc::xlarge"
+    assert leaves[-1] == "gsm8k::olmo3:n8:v2"
+    row = next(r for r in task_rows("data_attribution"))
+    assert (row.kind, row.items, row.primary_metric) == ("suite", 10000 + 3077 + 3018 + 1319,
+                                                         "each member's (mixed)")
+
+    table = suite("slimpajama_dc::leaderboard")
+    assert table.members == ("arc_challenge::leaderboard", "hellaswag::leaderboard",
+                             "mmlu::leaderboard", "truthfulqa_mc2::leaderboard",
+                             "bigbench::leaderboard", "humaneval::greedy")
+    assert (table.primary, table.aggregations) == ("member_mean", ("member_mean", "rrgs"))
+    assert table.aggregation_of("mmlu::leaderboard") == "macro"
+    assert len(leaf_specs("slimpajama_dc::leaderboard")) == 1 + 1 + 57 + 1 + 9 + 1
+    row = next(r for r in task_rows("slimpajama_dc"))
+    assert (row.items, row.primary_metric) == (1172 + 10042 + 14042 + 817 + 5376 + 164,
+                                               "member_mean(mixed)")
+
+
+def test_suite_declarations_are_checked():
+    with pytest.raises(ValueError, match="primary 'macro'"):
+        Suite("x", ("a",), aggregations=("micro",), primary="macro")
+    with pytest.raises(ValueError, match="known"):
+        Suite("x", ("a",), aggregations=("median",), primary=None)
 
 
 def test_suites_expand_recursively():
@@ -112,6 +185,7 @@ def test_task_rows_official_and_data(data_dir):
     r = rows["socialiqa:mc::xlarge"]
     assert (r.kind, r.split, r.shots, r.primary_metric, r.items, r.items_source) == \
         ("task", "all", 5, "acc_raw", 10000, "data")
-    assert {r.spec for r in task_rows("hellaswag:rc", data_dir)} == {"hellaswag:rc::olmes", "hellaswag:rc::xlarge"}
+    assert {r.spec for r in task_rows("hellaswag", data_dir)} == {
+        "hellaswag:rc::olmes", "hellaswag:rc::xlarge", "hellaswag::leaderboard"}
     assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
     assert task_rows("no-such-thing") == []

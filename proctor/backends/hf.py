@@ -17,9 +17,11 @@ from typing import Any, Optional, Sequence
 import torch
 
 from proctor.backends.models import load_model
-from proctor.backends.prefix_kv import PrefixCache, cache_keyword, run_prefix
+from proctor.backends.packed_attention import NAME as PACKED
+from proctor.backends.packed_attention import PackedLayout, packed
+from proctor.backends.prefix_kv import run_prefix
 from proctor.backends.sources import resolve_source
-from proctor.engine.plan import Row
+from proctor.engine.plan import Readout, Row
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import LoglikelihoodResult
 
@@ -40,6 +42,8 @@ _PREFIX_TYPES = frozenset({
     "olmoe", "gpt_neox", "gpt2", "phi3", "smollm3", "starcoder2",
 })
 _CPU_TOKEN_BUDGET = 1024  # measured: smaller CPU batches run faster per token (cache locality)
+_PROBE_TOKENS = 2048  # tokens of the memory probe that sizes CUDA batches
+_MEMORY_USE = 0.8     # share of the free memory a CUDA batch may fill
 _HEAD_CHUNK = 2048  # positions per LM-head + log-softmax chunk
 
 
@@ -88,12 +92,19 @@ class HFBackend:
             and getattr(config, "final_logit_softcapping", None) is None
             and getattr(config, "logit_scale", None) is None
         )
-        self.shares_prefixes = self.plain_head and _prefix_safe(config, max_length)
+        # Packed rows (no padding) with shared-prefix attention need SDPA-style attention
+        # modules, a plain head and a plain key/value cache (see packed_attention.py).
+        self.shares_prefixes = (
+            self.plain_head and _prefix_safe(config, max_length)
+            and getattr(config, "_attn_implementation", None) in ("sdpa", PACKED)
+        )
+        if self.shares_prefixes:
+            model.set_attn_implementation(PACKED)
         self.forward_calls = 0     # row-batch forward passes
         self.prefix_calls = 0      # shared-prefix forward passes
         self._prefix: tuple[int, ...] = ()
-        self._prefix_kv: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._cache_keyword = cache_keyword(model.get_decoder()) if self.shares_prefixes else ""
+        self._prefix_kv: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+        self._budget: Optional[int] = None
 
     @property
     def fingerprint(self) -> str:
@@ -101,19 +112,42 @@ class HFBackend:
         return f"{self.identity}|dtype={dtype}|device={self.device.type}|max_length={self.max_length}"
 
     def token_budget(self) -> int:
-        """Padded tokens per batch for batch_size="auto": fixed on CPU, by memory on GPUs."""
-        if self.device.type == "cuda":
-            gib = torch.cuda.get_device_properties(self.device).total_memory // (1 << 30)
-            return max(8192, min(131072, (gib // 10) * 8192))
-        return _CPU_TOKEN_BUDGET
+        """Tokens per batch for batch_size="auto": fixed on CPU, measured on CUDA."""
+        if self.device.type != "cuda":
+            return _CPU_TOKEN_BUDGET
+        if self._budget is None:
+            self._budget = self._measure_budget()
+        return self._budget
 
-    def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
+    def _measure_budget(self) -> int:
+        """Score one probe row, read its peak memory, and fill the free memory to a budget.
+
+        The probe reads a log-prob at every position, so the LM head's chunk is in the
+        peak; what a shared prefix adds on top is left to the out-of-memory halving.
+        """
+        probe = min(self.max_length, _PROBE_TOKENS)
+        token = self.tokenizer.eos_token_id or 0
+        tokens = (token,) * probe
+        torch.cuda.synchronize(self.device)
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(self.device)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.score([Row(tokens, (Readout(0, tokens[1:]),))])
+        peak = torch.cuda.max_memory_allocated(self.device) - base
+        free, _ = torch.cuda.mem_get_info(self.device)
+        return fill_budget(free, probe, peak, max_length=self.max_length)
+
+    def score(
+        self, rows: Sequence[Row], prefix: tuple[int, ...] = (), parents: Sequence[int] = ()
+    ) -> list[tuple[LoglikelihoodResult, ...]]:
         """Score rows; with a `prefix`, rows hold the tokens after it and readouts count from its start.
 
-        Running out of memory raises BatchTooLarge, so the engine can split the batch.
+        Row i continues row `parents[i]` when that is >= 0 (then it holds the tokens after
+        its parent's). Running out of memory raises BatchTooLarge, so the engine can split
+        the batch.
         """
         try:
-            return self._score(rows, prefix)
+            return self._score(rows, prefix, tuple(parents))
         except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
             if not _is_out_of_memory(e):
                 raise
@@ -122,29 +156,28 @@ class HFBackend:
         raise BatchTooLarge(f"{len(rows)} rows of up to {max(len(r.tokens) for r in rows)} tokens")
 
     @torch.inference_mode()
-    def _score(self, rows: Sequence[Row], prefix: tuple[int, ...]) -> list[tuple[LoglikelihoodResult, ...]]:
-        if prefix and not self.shares_prefixes:
+    def _score(
+        self, rows: Sequence[Row], prefix: tuple[int, ...], parents: tuple[int, ...]
+    ) -> list[tuple[LoglikelihoodResult, ...]]:
+        if (prefix or parents) and not self.shares_prefixes:
             raise ValueError("this model does not support shared-prefix scoring")
-        longest = max(len(r.tokens) for r in rows)
-        ids = torch.zeros((len(rows), longest), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
 
         # unique (row, position) pairs: choices sharing a context read the same position
-        skip = len(prefix)
         slots: dict[tuple[int, int], int] = {}
         wanted: list[tuple[int, int]] = []  # (slot, target token) per scored token, in order
         for i, row in enumerate(rows):
+            p = parents[i] if parents else -1
+            skip = len(prefix) + (len(rows[p].tokens) if p >= 0 else 0)
             for readout in row.readouts:
                 if readout.start < skip:
-                    raise ValueError(f"readout at position {readout.start} lies inside the {skip}-token prefix")
+                    raise ValueError(f"readout at position {readout.start} lies inside the {skip} tokens before the row")
                 for offset, token in enumerate(readout.tokens):
                     slot = slots.setdefault((i, readout.start - skip + offset), len(slots))
                     wanted.append((slot, token))
-        if prefix:
-            logits = self._prefixed_logits_at(prefix, ids.to(self.device), list(slots))
+        if self.shares_prefixes:
+            logits = self._packed_logits_at(prefix, rows, parents, list(slots))
         else:
-            logits = self._logits_at(ids.to(self.device), list(slots))
+            logits = self._logits_at(_right_padded(rows).to(self.device), list(slots))
         slot_idx = torch.tensor([w[0] for w in wanted], device=self.device)
         targets = torch.tensor([w[1] for w in wanted], device=self.device)
         logprobs, greedy = _score_slots(logits, slot_idx, targets)
@@ -174,29 +207,66 @@ class HFBackend:
         logits = self.model(input_ids=ids, logits_to_keep=keep).logits
         return logits[rows, inverse]
 
-    def _prefixed_logits_at(
-        self, prefix: tuple[int, ...], ids: torch.Tensor, slots: list[tuple[int, int]]
+    def _packed_logits_at(
+        self, prefix: tuple[int, ...], rows: Sequence[Row], parents: tuple[int, ...], slots: list[tuple[int, int]]
     ) -> torch.Tensor:
-        """Logits at (row, suffix position) pairs of suffix rows that continue `prefix`."""
+        """Logits at (row, position in the row) pairs, all rows packed into one sequence."""
         decoder = self.model.get_decoder()
         if prefix != self._prefix:
-            self._prefix, self._prefix_kv = (), []  # free the old prefix before computing the new one
-            self.prefix_calls += 1
-            self._prefix_kv = run_prefix(decoder, prefix, self.device)
+            self._prefix, self._prefix_kv = (), ()  # free the old prefix before computing the new one
+            if prefix:
+                self.prefix_calls += 1
+                self._prefix_kv = tuple(run_prefix(decoder, prefix, self.device))
             self._prefix = prefix
         self.forward_calls += 1
-        n, length = ids.shape
-        # right padding + causal attention: real positions never see pads, so no mask (as lm-eval)
-        positions = torch.arange(len(prefix), len(prefix) + length, device=ids.device).expand(n, -1)
-        cache = {self._cache_keyword: PrefixCache(self._prefix_kv)}
-        hidden = decoder(input_ids=ids, position_ids=positions, use_cache=True, **cache).last_hidden_state
-        rows = torch.tensor([s[0] for s in slots], device=ids.device)
-        return self._head_at(hidden[rows, torch.tensor([s[1] for s in slots], device=ids.device)])
+        starts, bounds, at = [], [], 0
+        for row in rows:
+            starts.append(at)
+            bounds.append((at, at + len(row.tokens)))
+            at += len(row.tokens)
+        ids = torch.tensor([[t for row in rows for t in row.tokens]], dtype=torch.long, device=self.device)
+        offsets = [len(prefix) + (len(rows[p].tokens) if p >= 0 else 0) for p in (parents or [-1] * len(rows))]
+        positions = torch.cat([torch.arange(o, o + len(r.tokens)) for o, r in zip(offsets, rows)])
+        positions = positions[None].to(self.device)
+        with packed(PackedLayout(tuple(bounds), self._prefix_kv, parents)):
+            hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state[0]
+        flat = torch.tensor([starts[row] + pos for row, pos in slots], device=self.device)
+        return self._head_at(hidden[flat])
 
     def _head_at(self, picked: torch.Tensor) -> torch.Tensor:
         """LM-head logits of gathered hidden states, a chunk of positions at a time."""
         head = self.model.get_output_embeddings()
         return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
+
+    def generate(self, rows: Sequence[Any], on_done: Optional[Any] = None) -> list[tuple[Any, ...]]:
+        """Each GenRow's samples (proctor.backends.hf_generate); out of memory raises BatchTooLarge."""
+        from proctor.backends.hf_generate import generate_rows
+
+        try:
+            return generate_rows(self.model, self.tokenizer, rows, on_done=on_done)
+        except RuntimeError as e:
+            if not _is_out_of_memory(e):
+                raise
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise BatchTooLarge(f"{sum(len(r.seeds) for r in rows)} generation rows")
+
+
+def fill_budget(free_bytes: int, probe_tokens: int, probe_bytes: int, *, max_length: int) -> int:
+    """Tokens per batch that fill `_MEMORY_USE` of the free memory at the probe's bytes per token.
+
+    Never below one full-length row, and a multiple of 256 tokens.
+    """
+    per_token = max(probe_bytes, 1) / probe_tokens
+    budget = int(free_bytes * _MEMORY_USE / per_token) // 256 * 256
+    return max(budget, max_length)
+
+
+def _right_padded(rows: Sequence[Row]) -> torch.Tensor:
+    ids = torch.zeros((len(rows), max(len(r.tokens) for r in rows)), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
+    return ids
 
 
 def _is_out_of_memory(error: RuntimeError) -> bool:

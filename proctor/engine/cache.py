@@ -1,4 +1,7 @@
-"""Resume cache: finished loglikelihood results in SQLite, keyed by (fingerprint, request key).
+"""Resume cache: finished results in SQLite, keyed by (fingerprint, request key).
+
+Loglikelihood results and generations (all samples of a request, as JSON) live in two
+tables.
 
 The fingerprint identifies the model, dtype, device type, max_length and tokenization
 policy; the request key identifies the work. The first stored result for a key wins
@@ -7,11 +10,12 @@ policy; the request key identifies the work. The first stored result for a key w
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from proctor.requests import LoglikelihoodResult
+from proctor.requests import GenerateResult, Generation, LoglikelihoodResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS loglikelihood (
@@ -21,7 +25,13 @@ CREATE TABLE IF NOT EXISTS loglikelihood (
     num_tokens INTEGER NOT NULL,
     is_greedy INTEGER NOT NULL,
     PRIMARY KEY (fingerprint, key)
-) WITHOUT ROWID
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS generation (
+    fingerprint TEXT NOT NULL,
+    key TEXT NOT NULL,
+    samples TEXT NOT NULL,
+    PRIMARY KEY (fingerprint, key)
+) WITHOUT ROWID;
 """
 _CHUNK = 500  # stays under SQLite's host-parameter limit
 
@@ -35,7 +45,7 @@ class ResultCache:
         self._db = sqlite3.connect(str(self.path), timeout=60)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        self._db.executescript(_SCHEMA)
         self._db.commit()
 
     def get_many(self, fingerprint: str, keys: Iterable[str]) -> dict[str, LoglikelihoodResult]:
@@ -61,6 +71,28 @@ class ResultCache:
                 [(fingerprint, k, r.sum_logits, r.num_tokens, int(r.is_greedy)) for k, r in results.items()],
             )
 
+    def get_generations(self, fingerprint: str, keys: Iterable[str]) -> dict[str, GenerateResult]:
+        keys = list(keys)
+        found: dict[str, GenerateResult] = {}
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i:i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._db.execute(
+                f"SELECT key, samples FROM generation WHERE fingerprint = ? AND key IN ({marks})",
+                [fingerprint, *chunk],
+            )
+            for key, samples in rows:
+                found[key] = GenerateResult(tuple(Generation(*s) for s in json.loads(samples)))
+        return found
+
+    def put_generations(self, fingerprint: str, results: Mapping[str, GenerateResult]) -> None:
+        """Store and commit whole requests (every sample) in one transaction."""
+        with self._db:
+            self._db.executemany(
+                "INSERT OR IGNORE INTO generation VALUES (?, ?, ?)",
+                [(fingerprint, k, _samples_json(r)) for k, r in results.items()],
+            )
+
     def count(self, fingerprint: str) -> int:
         (n,) = self._db.execute(
             "SELECT COUNT(*) FROM loglikelihood WHERE fingerprint = ?", (fingerprint,)
@@ -75,3 +107,7 @@ class ResultCache:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _samples_json(result: GenerateResult) -> str:
+    return json.dumps([[s.text, s.num_tokens, s.finish_reason] for s in result.samples], ensure_ascii=False)

@@ -11,7 +11,8 @@ from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
 from proctor.errors import BatchTooLarge, UserError
-from proctor.requests import Loglikelihood, LoglikelihoodResult
+from proctor.engine.gen_plan import DEFAULT_SEED
+from proctor.requests import Generate, GenerateResult, Loglikelihood, LoglikelihoodResult
 
 if TYPE_CHECKING:
     from proctor.backends.base import Backend
@@ -35,6 +36,17 @@ class EngineStats:
     plan_seconds: float = 0.0  # tokenizing and batching
     oom_splits: int = 0        # batches halved because the backend ran out of memory
     first_batch_seconds: Optional[float] = None  # from `run` to the first batch's results stored
+    # generation (`Engine.generate`)
+    gen_requests: int = 0         # as given, duplicates included
+    gen_unique: int = 0           # after dedupe on request key
+    gen_cached: int = 0           # unique requests answered by the cache
+    gen_batches: int = 0          # batches in the full plan
+    gen_batches_run: int = 0      # batches sent to the backend
+    gen_samples: int = 0          # samples generated (a greedy request's repeats count once)
+    gen_tokens: int = 0           # tokens generated
+    gen_prompt_tokens: int = 0    # context tokens prefilled (once per prompt, whatever its samples)
+    gen_seconds: float = 0.0
+    gen_first_batch_seconds: Optional[float] = None  # from `generate` to the first batch done
 
 
 def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
@@ -46,7 +58,8 @@ def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
 
 
 class Engine:
-    """Runs loglikelihood requests on a backend; results are aligned with the input."""
+    """Runs loglikelihood (`run`) and generation (`generate`) requests on a backend; results
+    are aligned with the input. `seed` is the run seed every sample's own seed derives from."""
 
     def __init__(
         self,
@@ -56,8 +69,10 @@ class Engine:
         cache: Optional[ResultCache] = None,
         progress: bool = True,
         deterministic: bool = False,
+        seed: int = DEFAULT_SEED,
     ):
         self.backend = backend
+        self.seed = seed
         self.limits = batch_limits(batch_size, backend)
         # Batch-invariant mode: every row runs alone, unpadded, so its arithmetic is the
         # same whatever the batch size or request order (prefix groups depend on the
@@ -71,6 +86,7 @@ class Engine:
         self.share_prefixes = bool(getattr(backend, "shares_prefixes", False))
         self.stats = EngineStats()
         self._last_prefix: tuple[int, ...] = ()
+        self._started: Optional[float] = None
 
     @property
     def fingerprint(self) -> str:
@@ -85,8 +101,18 @@ class Engine:
         windows = list(zip(unique, found))
         return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
 
+    def started_at(self, fallback: float) -> float:
+        """When the last `run` started (the evaluation's start), else `fallback`."""
+        return fallback if self._started is None else self._started
+
+    def generate(self, requests: Sequence[Generate]) -> list[GenerateResult]:
+        """Generation requests (see proctor.engine.generate); call after `run`, which resets stats."""
+        from proctor.engine.generate import run_generation
+
+        return run_generation(self, requests)
+
     def run(self, requests: Sequence[Loglikelihood]) -> list[LoglikelihoodResult]:
-        started = time.perf_counter()
+        started = self._started = time.perf_counter()
         unique = {r.key: r for r in requests}
         fingerprint = self.fingerprint
         done: dict[str, LoglikelihoodResult] = (
@@ -124,7 +150,9 @@ class Engine:
         """The backend's results for a batch, halving it (recursively) while it runs out of memory."""
         rows = [r.row for r in batch.rows]
         try:
-            return self.backend.score(rows, prefix=batch.prefix) if batch.prefix else self.backend.score(rows)
+            if batch.prefix or batch.parents:
+                return self.backend.score(rows, prefix=batch.prefix, parents=batch.parents)
+            return self.backend.score(rows)
         except BatchTooLarge:
             if len(rows) == 1:
                 raise UserError(
@@ -132,6 +160,9 @@ class Engine:
                     "device's memory; lower --max-length or use a device with more memory"
                 ) from None
         self.stats.oom_splits += 1
+        if batch.parents:  # segments cannot be split from their rows: score the rows whole
+            scored = iter(self._score_rows(batch.flattened()))  # its rows: the keyed rows, in order
+            return [next(scored) if r.keys else () for r in batch.rows]
         half = len(batch.rows) // 2
         return self._score_rows(Batch(batch.rows[:half], batch.prefix)) + self._score_rows(
             Batch(batch.rows[half:], batch.prefix)

@@ -9,6 +9,10 @@ Clusters are chosen on the LCP-interval tree: a run keeps one prefix for all its
 unless cutting it at its weakest links saves more tokens (e.g. all items of an MMLU
 subject share the 5-shot block; the choices of one RC item share their question, and
 neighbouring items share only "Question:", so there each item becomes its own cluster).
+
+A cluster may hold nested clusters: rows that share more than the cluster's prefix (the
+choices of one RC item after a shared few-shot block). A backend computes the outer
+prefix once for all its batches and each nested part once in its batch.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ class PrefixGroup:
     """Rows (full tokens) that all start with `prefix`."""
 
     prefix: tuple[int, ...]
-    rows: tuple[PlannedRow, ...]
+    rows: tuple[PlannedRow, ...]               # rows that continue `prefix` directly
+    nested: tuple["PrefixGroup", ...] = ()     # rows that share a longer prefix (full tokens, no deeper nesting)
+
+    @property
+    def all_rows(self) -> tuple[PlannedRow, ...]:
+        return self.rows + tuple(r for n in self.nested for r in n.rows)
 
 
 def shareable(row: PlannedRow) -> tuple[int, ...]:
@@ -46,23 +55,36 @@ def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return i
 
 
-def _clusters(lcp: Sequence[int], lo: int, hi: int, depth: int) -> tuple[int, list[tuple[int, int, int]]]:
-    """Best (tokens saved, [(lo, hi, prefix length)]) for rows lo..hi-1; lcp[i] joins rows i, i+1."""
+Cluster = tuple[int, int, int, list]  # (lo, hi, prefix length, nested clusters)
+
+
+def _clusters(lcp: Sequence[int], lo: int, hi: int, depth: int, base: int = 0,
+              nest: bool = True) -> tuple[int, list[Cluster]]:
+    """Best (tokens saved, clusters) for rows lo..hi-1; lcp[i] joins rows i, i+1.
+
+    Savings count only tokens beyond `base` (a prefix already shared by an outer cluster).
+    With `nest`, a whole cluster may also hold nested clusters, found the same way.
+    """
     if hi - lo < 2:
         return 0, []
     m = min(lcp[lo:hi - 1])
-    whole = (hi - lo - 1) * m - CLUSTER_COST if m >= MIN_PREFIX else 0
+    whole, inner = 0, []
+    if m - base >= MIN_PREFIX:
+        whole = (hi - lo - 1) * (m - base) - CLUSTER_COST
+        if nest and depth < _MAX_DEPTH:
+            inner_saved, inner = _clusters(lcp, lo, hi, depth + 1, base=m, nest=False)
+            whole += inner_saved
     if depth >= _MAX_DEPTH:
-        return (whole, [(lo, hi, m)]) if whole > 0 else (0, [])
+        return (whole, [(lo, hi, m, inner)]) if whole > 0 else (0, [])
     saved, chosen, start = 0, [], lo
     for i in range(lo, hi):
         if i == hi - 1 or lcp[i] == m:  # cut at the weakest links
-            s, c = _clusters(lcp, start, i + 1, depth + 1)
+            s, c = _clusters(lcp, start, i + 1, depth + 1, base, nest)
             saved += s
             chosen += c
             start = i + 1
     if whole > 0 and whole >= saved:
-        return whole, [(lo, hi, m)]
+        return whole, [(lo, hi, m, inner)]
     return saved, chosen
 
 
@@ -77,8 +99,11 @@ def find_prefix_groups(rows: Sequence[PlannedRow]) -> tuple[list[PrefixGroup], l
     _, chosen = _clusters(lcp, 0, len(ordered), 0)
     groups: list[PrefixGroup] = []
     grouped: set[int] = set()
-    for lo, hi, m in chosen:
-        groups.append(PrefixGroup(shares[lo][:m], tuple(ordered[lo:hi])))
+    for lo, hi, m, inner in chosen:
+        nested = tuple(PrefixGroup(shares[a][:n], tuple(ordered[a:b])) for a, b, n, _ in inner)
+        in_nested = {i for a, b, _, _ in inner for i in range(a, b)}
+        direct = tuple(ordered[i] for i in range(lo, hi) if i not in in_nested)
+        groups.append(PrefixGroup(shares[lo][:m], direct, nested))
         grouped.update(range(lo, hi))
     rest = [r for i, r in enumerate(ordered) if i not in grouped]
     return groups, rest

@@ -15,6 +15,18 @@ and the truncation in `_loglikelihood_tokens`) for causal models:
 - Left truncation: input = (context + continuation)[-(max_length + 1):][:-1]; the
   continuation is scored at the last len(continuation) input positions.
 
+Generation contexts (`generation_contexts`, lm-eval's `HFLM.generate_until`):
+
+- The context is encoded as is (no whitespace moves) and without special tokens. lm-eval
+  0.4.13 calls the tokenizer with its default `add_special_tokens`, which prepends BOS
+  for tokenizers that add one (Llama 2/3, Gemma); OLMES runs without BOS, and so does
+  this policy, as for loglikelihood (tokenizers of the GPT-2/SmolLM/OLMo kind add none
+  either way).
+- Left truncation to the last `max_length - max_gen_toks` tokens (lm-eval's
+  `left_truncate_len`), so context plus generation fit in `max_length`.
+- A context that encodes to no tokens is conditioned on the prefix token (BOS, else EOS),
+  as an empty loglikelihood context is; lm-eval would fail on it.
+
 Every backend and the in-loop path must tokenize through this module.
 """
 
@@ -23,8 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
+from proctor.errors import UserError
+
 # Bump when the policy's output could change; it is part of every resume-cache key.
 POLICY_VERSION = "olmes-1"
+# The same for generation contexts; part of every generation cache key.
+GENERATION_POLICY_VERSION = "gen-1"
 _ENCODE_CHUNK = 2048  # texts per batched tokenizer call: parallel, with bounded memory
 
 
@@ -134,3 +150,27 @@ class TokenizationPolicy:
         for i in range(0, len(pairs), _ENCODE_CHUNK):
             out.extend(window(p, self.max_length) for p in self.encode_many(pairs[i : i + _ENCODE_CHUNK]))
         return out
+
+    def generation_contexts(self, requests: Sequence[tuple[str, int]]) -> list[tuple[int, ...]]:
+        """Model input tokens of (context, max_gen_toks) pairs, left-truncated to leave room."""
+        out: list[tuple[int, ...]] = []
+        for i in range(0, len(requests), _ENCODE_CHUNK):
+            chunk = requests[i : i + _ENCODE_CHUNK]
+            encoded = self._encode_texts([c for c, _ in chunk])
+            for context, max_gen_toks in chunk:
+                room = context_room(self.max_length, max_gen_toks)
+                tokens = encoded[context] or (self.prefix_token_id,)
+                out.append(tokens[-room:])
+        return out
+
+
+def context_room(max_length: int, max_gen_toks: int) -> int:
+    """Context tokens a generation may keep: `max_length - max_gen_toks` (must be positive)."""
+    if max_gen_toks < 1:
+        raise UserError(f"max_gen_toks must be a positive integer, got {max_gen_toks}")
+    if max_gen_toks >= max_length:
+        raise UserError(
+            f"a request generates up to {max_gen_toks} tokens, which leaves no room for its context "
+            f"in max_length={max_length}; raise --max-length above {max_gen_toks}"
+        )
+    return max_length - max_gen_toks

@@ -49,8 +49,8 @@ def choice_score(
     )
 
 
-def _argmax(values: Sequence[float]) -> int:
-    """Index of the largest value; ties go to the lowest index."""
+def argmax(values: Sequence[float]) -> int:
+    """Index of the largest value; ties go to the lowest index (as `np.argmax`)."""
     best = 0
     for i, v in enumerate(values):
         if v > values[best]:
@@ -61,13 +61,13 @@ def _argmax(values: Sequence[float]) -> int:
 def score_multiple_choice(choices: Sequence[ChoiceScore], label: int) -> dict:
     """Per-doc predictions and accuracies (OLMES `metrics` of a prediction line)."""
     predicted = {
-        "raw": _argmax([c.sum_logits for c in choices]),
-        "per_token": _argmax([c.logits_per_token for c in choices]),
-        "per_char": _argmax([c.logits_per_char for c in choices]),
-        "per_byte": _argmax([-c.bits_per_byte for c in choices]),
+        "raw": argmax([c.sum_logits for c in choices]),
+        "per_token": argmax([c.logits_per_token for c in choices]),
+        "per_char": argmax([c.logits_per_char for c in choices]),
+        "per_byte": argmax([-c.bits_per_byte for c in choices]),
     }
     if all(c.sum_logits_uncond is not None for c in choices):
-        predicted["uncond"] = _argmax([c.sum_logits - c.sum_logits_uncond for c in choices])
+        predicted["uncond"] = argmax([c.sum_logits - c.sum_logits_uncond for c in choices])
     metrics: dict = {f"predicted_index_{k}": v for k, v in predicted.items()}
     metrics["correct_choice"] = label
     for k, v in predicted.items():

@@ -11,21 +11,14 @@ from __future__ import annotations
 import math
 from typing import Optional, Sequence
 
-
-def _argmax(values: Sequence[float]) -> int:
-    """Index of the largest value; ties go to the lowest index (as `np.argmax`)."""
-    best = 0
-    for i, v in enumerate(values):
-        if v > values[best]:
-            best = i
-    return best
+from proctor.metrics.choice import argmax
 
 
 def acc_norm_index(lls: Sequence[float], choice_texts: Sequence[str]) -> int:
     """lm-eval's `pred_norm`: argmax of log-likelihood / len(choice text)."""
     if len(lls) != len(choice_texts) or not lls:
         raise ValueError(f"need one log-likelihood per choice, got {len(lls)} for {len(choice_texts)}")
-    return _argmax([ll / len(text) for ll, text in zip(lls, choice_texts)])
+    return argmax([ll / len(text) for ll, text in zip(lls, choice_texts)])
 
 
 def mc2(lls: Sequence[float], true_mask: Sequence[bool]) -> float:
@@ -53,7 +46,7 @@ def lm_eval_choice_metrics(lls: Sequence[float], choice_texts: Sequence[str], la
     out: dict = {"predicted_index_norm": norm, "acc_norm": float(norm == label)}
     if true_choices is not None:
         true = set(true_choices)
-        raw = _argmax(lls)
+        raw = argmax(lls)
         out["mc2"] = mc2(lls, [i in true for i in range(len(lls))])
         out["predicted_index_mc2"] = raw
         out["is_correct"] = raw in true

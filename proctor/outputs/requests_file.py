@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from dataclasses import asdict, is_dataclass
+from typing import Any, Iterator, Sequence
 
-from proctor.tasks.base import Instance
+
+def _request_fields(req: Any) -> dict:
+    """A request's own fields: context and continuation, or a Generate's context and settings."""
+    return {k: v for k, v in req.to_dict().items() if k != "request_type"}
 
 
-def request_rows(instances: Sequence[Instance]) -> Iterator[dict]:
+def _gold(inst: Any) -> Any:
+    """Choice instances carry a gold index (`label`), generation instances a gold `target`."""
+    if hasattr(inst, "label"):
+        return inst.label
+    target = inst.target
+    return asdict(target) if is_dataclass(target) and not isinstance(target, type) else target
+
+
+def request_rows(instances: Sequence[Any]) -> Iterator[dict]:
     for inst in instances:
         for uncond, requests in ((False, inst.requests), (True, inst.uncond_requests)):
             for idx, req in enumerate(requests):
@@ -18,7 +30,7 @@ def request_rows(instances: Sequence[Instance]) -> Iterator[dict]:
                     "request_type": req.kind,
                     "uncond": uncond,
                     "idx": idx,
-                    "request": {"context": req.context, "continuation": req.continuation},
-                    "label": inst.label,
+                    "request": _request_fields(req),
+                    "label": _gold(inst),
                     "request_key": req.key,
                 }

@@ -8,8 +8,9 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
+from proctor.errors import UserError
 from proctor.requests import Loglikelihood
 
 
@@ -85,6 +86,27 @@ def assign_query_ids(task_name: str, native_ids: list) -> tuple[list[str], int]:
     return ids, duplicates
 
 
+def check_limit(limit: Optional[int]) -> None:
+    """`--limit` is None or a positive int (bool is not an int here)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise UserError(f"--limit must be a positive integer, got {limit!r}")
+
+
+class NumberedDoc(NamedTuple):
+    """A doc with its position in the task's doc list and its query id."""
+
+    doc_id: int
+    doc: dict
+    query_id: str
+
+
+def number_docs(task_name: str, docs: list[dict], limit: Optional[int]) -> list[NumberedDoc]:
+    """The first `limit` docs with their doc ids and query ids (computed over all docs)."""
+    check_limit(limit)
+    qids, _ = assign_query_ids(task_name, [d["native_id"] for d in docs])
+    return [NumberedDoc(i, doc, qid) for i, (doc, qid) in enumerate(zip(docs[:limit], qids))]
+
+
 class Task(ABC):
     """A task family module subclasses this; it knows where its data is and how a row reads."""
 
@@ -93,7 +115,40 @@ class Task(ABC):
 
     @abstractmethod
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        """The spec's full document list, in order (after the spec's own sampling)."""
+        """The spec's full document list, in order (after the spec's own sampling).
+
+        Each doc is a row with its `native_id` and `split` added (`as_docs`).
+        """
+
+    # ---- what a family may override ---------------------------------------------
+
+    def description(self) -> str:
+        """Text every prompt starts with, before any few-shot examples."""
+        return ""
+
+    def native_id(self, row: dict, index: int) -> Any:
+        """The dataset's own id; default: row index within its split."""
+        return index
+
+    def row_metadata(self, row: dict) -> dict:
+        """Extra metadata of a doc (e.g. SocialIQA's reasoning_type), over the defaults."""
+        return {}
+
+    # ---- shared protocol ----------------------------------------------------------
+
+    def as_docs(self, rows: list[dict], split: str) -> list[dict]:
+        """A split's rows as docs: each with its `native_id` and `split`."""
+        return [{**row, "native_id": self.native_id(row, i), "split": split} for i, row in enumerate(rows)]
+
+    def doc_metadata(self, doc: dict) -> dict:
+        """An instance's metadata: the sidecar columns a task knows, then `row_metadata`."""
+        return {"benchmark": self.config.benchmark, "subject": self.config.subject,
+                "reasoning_type": None, "split": doc["split"], **self.row_metadata(doc)}
+
+    def numbered_docs(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[NumberedDoc]:
+        """The first `limit` of `docs()` with their doc ids and query ids (over all docs)."""
+        check_limit(limit)  # before any data is read
+        return number_docs(self.config.name, self.docs(data_dir), limit)
 
     @abstractmethod
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:

@@ -30,7 +30,7 @@ from proctor.data import load_data_text, load_split
 from proctor.errors import UserError
 from proctor.metrics.answers import BBH_ANSWER, exact_match, regex_extract
 from proctor.requests import Generate, GenerateResult
-from proctor.tasks.base import TaskConfig, assign_query_ids
+from proctor.tasks.base import TaskConfig
 from proctor.tasks.counts import BBH_TEST
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.prompts import fewshot_prefix
@@ -79,8 +79,7 @@ class BBHTask(GenerationTask):
     metric_names = ("exact_match",)
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        rows = load_split(DATASET, self.config.subject, "test", data_dir)
-        return [{**row, "native_id": i, "split": "test"} for i, row in enumerate(rows)]
+        return self.as_docs(load_split(DATASET, self.config.subject, "test", data_dir), "test")
 
     def cot_prompt(self, data_dir: Optional[Path]) -> CotPrompt:
         relative = f"bbh/cot-prompts/{self.config.subject}.txt"
@@ -97,25 +96,12 @@ class BBHTask(GenerationTask):
         shots = [doc_to_text(q) + a for q, a in cot.shots[:k]]
         return fewshot_prefix(cot.description + "\n\n", shots)
 
-    def instances(self, data_dir: Optional[Path],
-                  limit: Optional[int] = None) -> list[GenerationInstance]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise UserError(f"--limit must be a positive integer, got {limit!r}")
-        docs = self.docs(data_dir)
-        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
-        prefix = self.prompt_prefix(data_dir)
-        return [
-            GenerationInstance(
-                query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
-                request=Generate(context=prefix + doc_to_text(doc["input"]),
-                                 max_gen_toks=MAX_GEN_TOKS, stop=STOP, do_sample=False,
-                                 temperature=0.0),
-                target=doc["target"],
-                metadata={"benchmark": self.config.benchmark, "subject": self.config.subject,
-                          "reasoning_type": None, "split": doc["split"]},
-            )
-            for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids))
-        ]
+    def doc_request(self, prefix: str, doc: dict) -> Generate:
+        return Generate(context=prefix + doc_to_text(doc["input"]), max_gen_toks=MAX_GEN_TOKS,
+                        stop=STOP, do_sample=False, temperature=0.0)
+
+    def doc_target(self, doc: dict) -> str:
+        return doc["target"]
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
         if not result.samples:

@@ -10,9 +10,8 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from proctor.errors import UserError
 from proctor.tasks.base import Instance, Task, assign_query_ids, spec_sample
 from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, shot_block
 from proctor.tasks.spec import spec_format
@@ -54,16 +53,6 @@ class ChoiceTask(Task):
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """The first `num_shots` few-shot rows, in order."""
 
-    def description(self) -> str:
-        return ""
-
-    def native_id(self, row: dict, index: int) -> Any:
-        """The dataset's own id; default: row index within its split."""
-        return index
-
-    def row_metadata(self, row: dict) -> dict:
-        return {}
-
     # ---- the protocol -----------------------------------------------------------
 
     def eval_splits(self) -> tuple[str, ...]:
@@ -73,10 +62,8 @@ class ChoiceTask(Task):
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
         """Rows of the eval splits in order, each with `native_id` and `split`, then sampled."""
-        docs = []
-        for split in self.eval_splits():
-            for i, row in enumerate(self.split_rows(data_dir, split)):
-                docs.append({**row, "native_id": self.native_id(row, i), "split": split})
+        docs = [doc for split in self.eval_splits()
+                for doc in self.as_docs(self.split_rows(data_dir, split), split)]
         return spec_sample(docs, self.config.limit)
 
     def query_ids(self, data_dir: Optional[Path]) -> tuple[list[str], int]:
@@ -98,13 +85,10 @@ class ChoiceTask(Task):
         return fewshot_prefix(self.description(), shots)
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise UserError(f"--limit must be a positive integer, got {limit!r}")
-        docs = self.docs(data_dir)
-        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
+        numbered = self.numbered_docs(data_dir, limit)
         prefix = self.prompt_prefix(data_dir) if self.config.num_shots else self.description()
         out = []
-        for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids)):
+        for doc_id, doc, qid in numbered:
             r = self.render(doc)
             labels = self.labels(r)
             out.append(Instance(
@@ -117,8 +101,6 @@ class ChoiceTask(Task):
                 continuations=tuple(" " + c for c in labels),
                 label=r.gold,
                 uncond_context=None if self.is_mc else UNCOND_CONTEXT,
-                metadata={"benchmark": self.config.benchmark, "subject": self.config.subject,
-                          "reasoning_type": None, "split": doc["split"],
-                          **self.row_metadata(doc)},
+                metadata=self.doc_metadata(doc),
             ))
         return out

@@ -1,7 +1,7 @@
 """The shape of a generation task: rows → one Generate request each → a scored doc.
 
-A family module subclasses `GenerationTask`: it builds `GenerationInstance`s (the request
-and the gold `target`) and says how one doc's samples score (`score`). Metrics are
+A family module subclasses `GenerationTask`: it says what one doc asks for (`doc_request`),
+what its gold answer is (`doc_target`) and how one doc's samples score (`score`). Metrics are
 per-doc numbers averaged over docs (pass@k, maj@k and exact match all are).
 """
 
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import Task
@@ -56,6 +57,31 @@ class GenerationTask(Task):
 
     #: metric names `score` returns for every doc; the config's primary metric is one of them
     metric_names: tuple[str, ...] = ()
+
+    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+        """Description and few-shot block every doc's prompt starts with."""
+        return ""
+
+    @abstractmethod
+    def doc_request(self, prefix: str, doc: dict) -> Generate:
+        """The doc's Generate request; `prefix` is `prompt_prefix()`."""
+
+    @abstractmethod
+    def doc_target(self, doc: dict) -> Any:
+        """The doc's gold answer, in the form `score` reads."""
+
+    def instances(self, data_dir: Optional[Path],
+                  limit: Optional[int] = None) -> list[GenerationInstance]:
+        numbered = self.numbered_docs(data_dir, limit)
+        prefix = self.prompt_prefix(data_dir)
+        return [
+            GenerationInstance(
+                query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
+                request=self.doc_request(prefix, doc), target=self.doc_target(doc),
+                metadata=self.doc_metadata(doc),
+            )
+            for doc_id, doc, qid in numbered
+        ]
 
     @abstractmethod
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.data import load_fewshot, load_split
-from proctor.errors import UserError
 from proctor.metrics.answers import extract_last_number, gsm8k_gold, gsm8k_match
 from proctor.metrics.samples import sampled_metrics
 from proctor.requests import Generate, GenerateResult
-from proctor.tasks.base import TaskConfig, assign_query_ids
+from proctor.tasks.base import TaskConfig
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.prompts import fewshot_prefix, make_cloze_prompt, shot_block
 
@@ -70,8 +69,7 @@ class GSM8KTask(GenerationTask):
                              "exact_match")
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        rows = load_split(DATASET, CONFIG, self.config.split, data_dir)
-        return [{**row, "native_id": i, "split": self.config.split} for i, row in enumerate(rows)]
+        return self.as_docs(load_split(DATASET, CONFIG, self.config.split, data_dir), self.config.split)
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
         k = self.config.num_shots
@@ -81,29 +79,14 @@ class GSM8KTask(GenerationTask):
         return fewshot_prefix("", [shot_block(make_cloze_prompt(s["question"]), s["answer"])
                                    for s in shots])
 
-    def request(self, prompt: str) -> Generate:
+    def doc_request(self, prefix: str, doc: dict) -> Generate:
         v = self.variant
-        return Generate(context=prompt, max_gen_toks=v.max_gen_toks, stop=STOP,
-                        do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p,
-                        repeats=v.repeats)
+        return Generate(context=prefix + make_cloze_prompt(doc["question"]),
+                        max_gen_toks=v.max_gen_toks, stop=STOP, do_sample=v.do_sample,
+                        temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
 
-    def instances(self, data_dir: Optional[Path],
-                  limit: Optional[int] = None) -> list[GenerationInstance]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise UserError(f"--limit must be a positive integer, got {limit!r}")
-        docs = self.docs(data_dir)
-        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
-        prefix = self.prompt_prefix(data_dir)
-        return [
-            GenerationInstance(
-                query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
-                request=self.request(prefix + make_cloze_prompt(doc["question"])),
-                target=gsm8k_gold(doc["answer"]),
-                metadata={"benchmark": self.config.benchmark, "subject": None,
-                          "reasoning_type": None, "split": doc["split"]},
-            )
-            for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids))
-        ]
+    def doc_target(self, doc: dict) -> str:
+        return gsm8k_gold(doc["answer"])
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
         samples = result.samples

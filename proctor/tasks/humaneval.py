@@ -37,10 +37,9 @@ from typing import Optional, Sequence
 
 from proctor import sandbox
 from proctor.data import load_split
-from proctor.errors import UserError
 from proctor.metrics.sampling import pass_at_k
 from proctor.requests import Generate, GenerateResult
-from proctor.tasks.base import TaskConfig, assign_query_ids
+from proctor.tasks.base import TaskConfig
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 
 DATASET = "openai/openai_humaneval"
@@ -91,32 +90,20 @@ class HumanEvalTask(GenerationTask):
         self.limits = LIMITS
         self.workers: Optional[int] = None   # sandbox pool size; None: by CPU count
 
+    def native_id(self, row: dict, index: int) -> str:
+        return row["task_id"]
+
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        rows = load_split(DATASET, None, self.config.split, data_dir)
-        return [{**row, "native_id": row["task_id"], "split": self.config.split} for row in rows]
+        return self.as_docs(load_split(DATASET, None, self.config.split, data_dir), self.config.split)
 
-    def request(self, prompt: str) -> Generate:
+    def doc_request(self, prefix: str, doc: dict) -> Generate:
         v = self.variant
-        return Generate(context=prompt, max_gen_toks=MAX_GEN_TOKS, stop=STOP, do_sample=v.do_sample,
-                        temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
+        return Generate(context=prefix + doc["prompt"], max_gen_toks=MAX_GEN_TOKS, stop=STOP,
+                        do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p,
+                        repeats=v.repeats)
 
-    def instances(self, data_dir: Optional[Path],
-                  limit: Optional[int] = None) -> list[GenerationInstance]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise UserError(f"--limit must be a positive integer, got {limit!r}")
-        docs = self.docs(data_dir)
-        qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])
-        return [
-            GenerationInstance(
-                query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
-                request=self.request(doc["prompt"]),
-                target=Problem(doc["prompt"], doc["test"], doc["entry_point"],
-                               doc["canonical_solution"]),
-                metadata={"benchmark": self.config.benchmark, "subject": None,
-                          "reasoning_type": None, "split": doc["split"]},
-            )
-            for doc_id, (doc, qid) in enumerate(zip(docs[:limit], qids))
-        ]
+    def doc_target(self, doc: dict) -> Problem:
+        return Problem(doc["prompt"], doc["test"], doc["entry_point"], doc["canonical_solution"])
 
     # ---- scoring: runs code ------------------------------------------------------
 

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.errors import UserError
-from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, socialiqa
+from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, seed_suites, socialiqa
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
 from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
 from proctor.tasks.counts import official_item_count
 from proctor.tasks.spec import parse_spec
+from proctor.tasks.suite import Suite
 
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
            "leaf_specs", "task_config", "task_rows"]
@@ -26,24 +27,13 @@ _FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh,
 
 
 @dataclass(frozen=True)
-class Suite:
-    """A named group of specs. Primary score: `macro` = unweighted mean of the leaf task
-    scores; `micro` (mean weighted by instance counts) is reported beside it."""
-
-    name: str
-    members: tuple[str, ...]                  # direct members (task specs or suites)
-    aggregations: tuple[str, ...] = ("macro", "micro")
-    primary: str = "macro"
-
-
-@dataclass(frozen=True)
 class TaskRow:
     """One line of `proctor tasks`."""
 
     spec: str
     kind: str                   # "task" or "suite"
     split: str
-    shots: int
+    shots: int                  # -1: the leaves differ
     primary_metric: str
     items: Optional[int]
     items_source: str           # "data" (counted from the data dir) or "official"
@@ -72,6 +62,9 @@ def _suites() -> dict[str, Suite]:
     # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
     for name, members in lb_mmlu.suites().items():
         out[name] = Suite(name, members, primary="micro")
+    out[lb_bigbench.SUITE] = Suite(lb_bigbench.SUITE, tuple(lb_bigbench.spec(t) for t in lb_bigbench.TASKS))
+    for table in (seed_suites.SLIMPAJAMA_DC, seed_suites.DATA_ATTRIBUTION):
+        out[table.name] = table
     return out
 
 
@@ -141,6 +134,11 @@ def _count(config: TaskConfig, data_dir: Optional[Path]) -> tuple[Optional[int],
     return official_item_count(config), "official"
 
 
+def _shots(config: TaskConfig) -> int:
+    """Examples each prompt really holds (TruthfulQA's "0-shot" primer holds 6)."""
+    return config.num_shots if config.effective_shots is None else config.effective_shots
+
+
 def _matches(name: str, pattern: Optional[str]) -> bool:
     if not pattern:
         return True
@@ -170,19 +168,19 @@ def task_rows(pattern: Optional[str] = None, data_dir: Optional[Path] = None) ->
         total = None if any(n is None for n, _ in items) else sum(n for n, _ in items)
         source = "data" if all(src == "data" for _, src in items) else "official"
         splits = {c.split for c in leaves}
-        shots = {c.num_shots for c in leaves}
+        shots = {_shots(c) for c in leaves}
         metrics = {c.primary_metric for c in leaves}
+        metric = metrics.pop() if len(metrics) == 1 else "mixed"
         rows.append(TaskRow(
             spec=s.name, kind="suite", split=splits.pop() if len(splits) == 1 else "mixed",
             shots=shots.pop() if len(shots) == 1 else -1,
-            primary_metric=f"{s.primary}({metrics.pop() if len(metrics) == 1 else 'mixed'})",
+            primary_metric=f"{s.primary}({metric})" if s.primary else f"each member's ({metric})",
             items=total, items_source=source))
     for name in all_specs():
         if not _matches(name, pattern):
             continue
         config = _tasks()[name][1]
         n, source = count(name)
-        shots = config.num_shots if config.effective_shots is None else config.effective_shots
-        rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=shots,
+        rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=_shots(config),
                             primary_metric=config.primary_metric, items=n, items_source=source))
     return rows

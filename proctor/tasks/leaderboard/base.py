@@ -13,10 +13,10 @@ from __future__ import annotations
 import random
 from abc import abstractmethod
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from proctor.errors import UserError
-from proctor.tasks.base import Instance, Task, assign_query_ids
+from proctor.tasks.base import Instance, Task, check_limit, number_docs
 from proctor.tasks.leaderboard.fewshot import FEWSHOT_SEED, first_n, sample_random
 
 TARGET_DELIMITER = " "
@@ -53,20 +53,10 @@ class HarnessTask(Task):
     #: the split shots are drawn from (lm-eval: fewshot_split, else train, else validation)
     shots_split: Optional[str] = None
 
-    def description(self) -> str:
-        return ""
-
-    def native_id(self, row: dict, index: int) -> Any:
-        return index
-
-    def row_metadata(self, row: dict) -> dict:
-        return {}
-
     # ---- the protocol -----------------------------------------------------------
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        return [{**row, "native_id": self.native_id(row, i), "split": self.config.split}
-                for i, row in enumerate(self.rows(data_dir, self.config.split))]
+        return self.as_docs(self.rows(data_dir, self.config.split), self.config.split)
 
     def fewshot_pool(self, data_dir: Optional[Path]) -> list[dict]:
         split = self.shots_split
@@ -79,37 +69,34 @@ class HarnessTask(Task):
         return self.text(row) + TARGET_DELIMITER + self.choices(row)[self.gold(row)] + FEWSHOT_DELIMITER
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise UserError(f"--limit must be a positive integer, got {limit!r}")
+        check_limit(limit)
         rows = self.rows(data_dir, self.config.split)
-        native = [self.native_id(row, i) for i, row in enumerate(rows)]
-        qids, _ = assign_query_ids(self.config.name, native)
+        numbered = number_docs(self.config.name, self.as_docs(rows, self.config.split), limit)
         n = self.config.num_shots
         pool = self.fewshot_pool(data_dir) if n else []
         rnd = random.Random(FEWSHOT_SEED)
         out = []
-        for doc_id, row in enumerate(rows[:limit]):
-            eval_doc = row if self.excludes_eval_doc else None
+        for doc_id, doc, qid in numbered:
+            # lm-eval drops copies of the eval doc from its shots by comparing the plain rows
+            eval_doc = rows[doc_id] if self.excludes_eval_doc else None
             if self.sampler == "first_n":
                 shots = first_n(pool, n, eval_doc)
             else:
                 shots = sample_random(rnd, pool, n, eval_doc)
-            options = self.choices(row)
-            gold = self.gold(row)
+            options = self.choices(doc)
+            gold = self.gold(doc)
             if not 0 <= gold < len(options):
-                raise UserError(f"{self.config.name} doc {native[doc_id]!r}: gold index {gold} "
+                raise UserError(f"{self.config.name} doc {doc['native_id']!r}: gold index {gold} "
                                 f"is not one of its {len(options)} choices")
             out.append(Instance(
-                query_id=qids[doc_id],
+                query_id=qid,
                 task=self.config.name,
                 doc_id=doc_id,
-                native_id=native[doc_id],
-                prompt=self.description() + "".join(self.shot_block(s) for s in shots) + self.text(row),
+                native_id=doc["native_id"],
+                prompt=self.description() + "".join(self.shot_block(s) for s in shots) + self.text(doc),
                 choices=tuple(options),
                 continuations=tuple(TARGET_DELIMITER + c for c in options),
                 label=gold,
-                metadata={"benchmark": self.config.benchmark, "subject": self.config.subject,
-                          "reasoning_type": None, "split": self.config.split,
-                          "scoring": "lm_eval", **self.row_metadata(row)},
+                metadata={**self.doc_metadata(doc), "scoring": "lm_eval"},
             ))
         return out

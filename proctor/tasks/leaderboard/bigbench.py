@@ -19,6 +19,8 @@ from proctor.tasks.base import TaskConfig
 from proctor.tasks.leaderboard.base import HarnessTask
 
 DATASET = "hails/bigbench"
+#: the nine tasks together, macro-averaged (lm-eval has no group for this selection)
+SUITE = "bigbench::leaderboard"
 
 # task -> (local source, lm-eval template): "a" gold = targets[0], "b" gold = score 1
 TASKS: dict[str, tuple[str, str]] = {

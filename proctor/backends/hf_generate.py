@@ -1,0 +1,130 @@
+"""Batched generation with a transformers causal LM and its key/value cache.
+
+Not `model.generate`: it draws every row from one random stream, so a sample would
+depend on its batch-mates; here each sample row has its own generator (see
+`decoding.py`). The loop is the usual one:
+
+1. Prefill: the batch's distinct prompts, left-padded, with an attention mask and
+   position ids counting real tokens only, into a `DynamicCache`; logits kept only at
+   the last position.
+2. Expand: each prompt's cache rows, last logits and mask are repeated once per sample
+   (`batch_select_indices` with repeated indices), so samples share their prefill.
+3. Decode: one token per live row per step; a row that ends (EOS, stop string, length)
+   leaves the batch at once and its cache rows are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+from transformers import DynamicCache
+
+from proctor.backends.prefix_kv import cache_keyword
+from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
+from proctor.engine.gen_plan import GenRow
+from proctor.requests import Generation
+
+OnDone = Callable[[int, tuple[Generation, ...]], None]
+
+
+@dataclass
+class _Sample:
+    """A live sample row: which GenRow it draws for, its generator and its tokens so far."""
+
+    row: int
+    watch: StopWatch
+    generator: Optional[torch.Generator]
+    tokens: list[int] = field(default_factory=list)
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The model's end tokens: the tokenizer's EOS and the generation config's (int or list)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif isinstance(config_eos, (list, tuple)):
+        ids.update(int(i) for i in config_eos)
+    return frozenset(ids)
+
+
+@torch.inference_mode()
+def generate_rows(
+    model: Any, tokenizer: Any, rows: Sequence[GenRow], *, on_done: Optional[OnDone] = None
+) -> list[tuple[Generation, ...]]:
+    """Each row's samples, in seed order; `on_done(i, samples)` as soon as row i has all of its own."""
+    device = next(model.parameters()).device
+    eos = eos_token_ids(model, tokenizer)
+    keyword = cache_keyword(model)
+    cache, logits, mask, positions = _prefill(model, rows, device, keyword)
+
+    samples: list[_Sample] = []
+    for i, row in enumerate(rows):
+        watch = StopWatch(tokenizer, row.stop, eos, row.max_new_tokens)
+        for seed in row.seeds:
+            samples.append(_Sample(i, watch, row_generator(seed, device) if row.do_sample else None))
+    expand = torch.tensor([s.row for s in samples], device=device)
+    cache.batch_select_indices(expand)
+    logits, mask, positions = logits[expand], mask[expand], positions[expand]
+
+    results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
+    first_sample = [sum(len(r.seeds) for r in rows[:i]) for i in range(len(rows))]
+    live = list(range(len(samples)))   # indices into `samples`, aligned with the batch rows
+    while live:
+        chosen = _choose(logits, [samples[j] for j in live], rows)
+        keep: list[int] = []
+        for b, j in enumerate(live):
+            s = samples[j]
+            s.tokens.append(chosen[b])
+            reason = s.watch.finish_reason(s.tokens)
+            if reason is None:
+                keep.append(b)
+                continue
+            results[s.row][j - first_sample[s.row]] = Generation(s.watch.text(s.tokens), len(s.tokens), reason)
+            if on_done is not None and all(g is not None for g in results[s.row]):
+                on_done(s.row, tuple(results[s.row]))  # type: ignore[arg-type]
+        if not keep:
+            break
+        next_ids = torch.tensor([[chosen[b]] for b in keep], device=device)
+        if len(keep) < len(live):
+            index = torch.tensor(keep, device=device)
+            cache.batch_select_indices(index)
+            mask, positions = mask[index], positions[index]
+        live = [live[b] for b in keep]
+        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+        out = model(input_ids=next_ids, attention_mask=mask, position_ids=positions[:, None],
+                    use_cache=True, **{keyword: cache})
+        logits = out.logits[:, -1, :]
+        positions = positions + 1
+    return [tuple(r) for r in results]  # type: ignore[misc]
+
+
+def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device, keyword: str):
+    """Cache, last-position logits, attention mask and next position of each row's prompt."""
+    longest = max(len(r.tokens) for r in rows)
+    ids = torch.zeros((len(rows), longest), dtype=torch.long)
+    mask = torch.zeros((len(rows), longest), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, longest - len(row.tokens):] = torch.tensor(row.tokens, dtype=torch.long)
+        mask[i, longest - len(row.tokens):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    cache = DynamicCache(config=model.config)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                use_cache=True, logits_to_keep=1, **{keyword: cache})
+    lengths = mask.sum(dim=1)
+    return cache, out.logits[:, -1, :], mask, lengths
+
+
+def _choose(logits: torch.Tensor, live: Sequence[_Sample], rows: Sequence[GenRow]) -> list[int]:
+    """The next token of every live sample row: argmax, or a draw with the row's own generator."""
+    chosen = greedy_tokens(logits).tolist()
+    for b, s in enumerate(live):
+        row = rows[s.row]
+        if row.do_sample:
+            chosen[b] = sample_token(logits[b], row.temperature, row.top_p, s.generator)  # type: ignore[arg-type]
+    return chosen

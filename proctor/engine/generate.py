@@ -1,0 +1,155 @@
+"""Generation requests through the engine: dedupe, tokenize, batch, resume from cache, generate.
+
+Like loglikelihood, the batch partition is planned on the full deduplicated request set
+and batches whose requests are all cached are skipped, so a resumed run generates
+exactly the batches an uninterrupted run would have. A request is stored once all its
+samples are done (the backend reports each as it finishes, so a long batch killed
+midway keeps the requests it completed); a request with some samples done is redone
+whole. Sampled requests are cached under the run seed, greedy ones are not (their text
+does not depend on it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Sequence
+
+from proctor.engine.gen_plan import (
+    GenBatch, GenLimits, PlannedGen, check_request, plan_generation, samples_needed,
+)
+from proctor.engine.progress import Progress
+from proctor.engine.tokens import GENERATION_POLICY_VERSION
+from proctor.errors import BatchTooLarge, UserError
+from proctor.requests import Generate, GenerateResult, Generation
+
+if TYPE_CHECKING:
+    from proctor.engine.engine import Engine
+
+# Auto batches hold this many times the backend's scoring token budget of context plus
+# generation room: decoding reads every weight once per step whatever the batch, so on a
+# CPU 8 rows decode ~5x faster than one (see the README's speed section).
+GEN_BUDGET_FACTOR = 16
+MAX_AUTO_SAMPLES = 256
+
+
+def generation_limits(engine: "Engine") -> GenLimits:
+    if engine.deterministic:
+        return GenLimits(max_samples=1)
+    if engine.limits.max_rows is not None:
+        return GenLimits(max_samples=engine.limits.max_rows)
+    return GenLimits(max_samples=MAX_AUTO_SAMPLES, max_tokens=GEN_BUDGET_FACTOR * engine.backend.token_budget())
+
+
+def request_fingerprint(engine: "Engine", request: Generate) -> str:
+    base = f"{engine.fingerprint}|gen={GENERATION_POLICY_VERSION}"
+    return f"{base}|seed={engine.seed}" if request.do_sample else base
+
+
+def run_generation(engine: "Engine", requests: Sequence[Generate]) -> list[GenerateResult]:
+    """Results aligned with `requests`; counters go to `engine.stats` (its gen_* fields)."""
+    started = time.perf_counter()
+    stats = engine.stats
+    unique = {r.key: r for r in requests}
+    for request in unique.values():
+        check_request(request)
+    fingerprints = {k: request_fingerprint(engine, r) for k, r in unique.items()}
+    done: dict[str, GenerateResult] = {}
+    if engine.cache is not None:
+        for fp in set(fingerprints.values()):
+            keys = [k for k, f in fingerprints.items() if f == fp]
+            done.update(engine.cache.get_generations(fp, keys))
+    stats.gen_requests, stats.gen_unique, stats.gen_cached = len(requests), len(unique), len(done)
+    progress = Progress(len(unique), enabled=engine.progress, description="generate")
+    progress.advance(len(done))
+    try:
+        if len(done) < len(unique):
+            keys = list(unique)
+            contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
+            batches = plan_generation([(k, unique[k], c) for k, c in zip(keys, contexts)],
+                                      generation_limits(engine), engine.seed)
+            stats.gen_batches = len(batches)
+            runner = _Runner(engine, unique, fingerprints, done, progress)
+            for batch in batches:
+                if all(k in done for k in batch.keys):
+                    continue
+                runner.run(batch)
+                stats.gen_batches_run += 1
+                if stats.gen_first_batch_seconds is None:
+                    stats.gen_first_batch_seconds = time.perf_counter() - started
+                if stats.first_batch_seconds is None:
+                    stats.first_batch_seconds = time.perf_counter() - engine.started_at(started)
+    finally:
+        progress.close()
+        stats.gen_seconds += time.perf_counter() - started
+    return [done[r.key] for r in requests]
+
+
+class _Runner:
+    """Runs batches: collects each request's samples (its chunks may lie in several batches)
+    and stores a request once it is whole."""
+
+    def __init__(self, engine: "Engine", unique: dict[str, Generate], fingerprints: dict[str, str],
+                 done: dict[str, GenerateResult], progress: Progress):
+        self.engine, self.unique, self.fingerprints = engine, unique, fingerprints
+        self.done, self.progress = done, progress
+        self.parts: dict[str, dict[int, Generation]] = {}
+
+    def run(self, batch: GenBatch) -> None:
+        rows = [r for r in batch.rows if r.key not in self.done]
+        self.engine.stats.gen_prompt_tokens += sum(len(r.row.tokens) for r in rows)
+        self._generate(rows)
+
+    def _generate(self, rows: list[PlannedGen]) -> None:
+        """The backend's generations for `rows`, halving the batch while it runs out of memory."""
+        try:
+            self.engine.backend.generate([r.row for r in rows], on_done=lambda i, s: self._collect(rows[i], s))
+            return
+        except BatchTooLarge:
+            pass
+        if len(rows) == 1 and len(rows[0].row.seeds) == 1:
+            raise UserError(
+                f"one generation of {len(rows[0].row.tokens)} context tokens plus up to "
+                f"{rows[0].row.max_new_tokens} new ones does not fit in the device's memory; "
+                "lower --max-length or use a device with more memory"
+            )
+        self.engine.stats.oom_splits += 1
+        for half in _halves(rows):
+            self._generate(half)
+
+    def _collect(self, planned: PlannedGen, samples: tuple[Generation, ...]) -> None:
+        stats = self.engine.stats
+        tokens = sum(s.num_tokens for s in samples)
+        stats.gen_samples += len(samples)
+        stats.gen_tokens += tokens
+        self.progress.advance(0, tokens)
+        part = self.parts.setdefault(planned.key, {})
+        part.update({planned.first_sample + j: s for j, s in enumerate(samples)})
+        self._store_if_whole(planned.key)
+
+    def _store_if_whole(self, key: str) -> None:
+        request = self.unique[key]
+        part = self.parts[key]
+        if len(part) < samples_needed(request) or key in self.done:
+            return
+        samples = tuple(part[i] for i in range(samples_needed(request)))
+        if not request.do_sample:  # every repeat of a greedy request is the same text
+            samples = samples * request.repeats
+        result = GenerateResult(samples)
+        if self.engine.cache is not None:
+            self.engine.cache.put_generations(self.fingerprints[key], {key: result})
+        self.done[key] = result
+        self.progress.advance(1)
+
+
+def _halves(rows: list[PlannedGen]) -> list[list[PlannedGen]]:
+    """Two halves of a batch's rows; one row of many samples splits its samples."""
+    if len(rows) > 1:
+        return [rows[: len(rows) // 2], rows[len(rows) // 2:]]
+    (planned,) = rows
+    seeds = planned.row.seeds
+    half = len(seeds) // 2
+    return [
+        [replace(planned, row=replace(planned.row, seeds=seeds[:half]))],
+        [replace(planned, first_sample=planned.first_sample + half, row=replace(planned.row, seeds=seeds[half:]))],
+    ]

@@ -1,0 +1,147 @@
+"""Generations are cached per request and a killed run resumes without redoing finished requests."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from proctor.engine import Engine, ResultCache
+from proctor.requests import Generate
+
+from tinylm import build_tiny_model
+
+N8 = "gsm8k::olmo3:n8:v2"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+class Interrupted(Exception):
+    pass
+
+
+class CountingBackend:
+    """Delegates to a real backend; counts generated rows; can fail after `fail_after` finished rows."""
+
+    def __init__(self, inner, fail_after=None):
+        self.inner, self.fail_after, self.finished = inner, fail_after, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def generate(self, rows, on_done=None):
+        def counted(i, samples):
+            if self.fail_after is not None and self.finished >= self.fail_after:
+                raise Interrupted
+            self.finished += 1
+            on_done(i, samples)
+
+        return self.inner.generate(rows, on_done=counted)
+
+
+def requests():
+    return [Generate(context=f"Question: {i} plus {i}?\nAnswer:", max_gen_toks=12 + i, do_sample=True,
+                     temperature=0.7, top_p=0.95, repeats=3) for i in range(6)]
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only add synchronisation
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_interrupted_run_resumes_without_redoing_finished_requests(tiny_dir, tmp_path, one_thread):
+    from proctor.backends import load_backend
+
+    backend = load_backend(str(tiny_dir), device="cpu", max_length=128)
+    fresh = Engine(backend, batch_size=3, progress=False).generate(requests())
+
+    cache = ResultCache(tmp_path / "results.sqlite")
+    dying = CountingBackend(backend, fail_after=2)
+    with pytest.raises(Interrupted):
+        Engine(dying, batch_size=3, cache=cache, progress=False).generate(requests())
+    # batch_size 3 = one request (3 samples) per batch: two finished requests were stored
+    counting = CountingBackend(backend)
+    engine = Engine(counting, batch_size=3, cache=cache, progress=False)
+    resumed = engine.generate(requests())
+    assert engine.stats.gen_cached == 2 and counting.finished == 4
+    assert resumed == fresh
+
+    # all cached now: nothing generated; another seed is not answered by the cache
+    again = Engine(CountingBackend(backend), batch_size=3, cache=cache, progress=False)
+    assert again.generate(requests()) == fresh and again.stats.gen_cached == 6
+    reseeded = Engine(backend, batch_size=3, cache=cache, progress=False, seed=99)
+    assert reseeded.generate(requests()) != fresh and reseeded.stats.gen_cached == 0
+
+
+def generated_rows(cache_dir: Path) -> int:
+    path = cache_dir / "results.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        with sqlite3.connect(path, timeout=1) as db:
+            return db.execute("SELECT COUNT(*) FROM generation").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def start(model: Path, data_dir: Path, out: Path, cache_dir: Path) -> subprocess.Popen:
+    # one thread: the tiny model's matrices are too small to gain from more
+    env = dict(os.environ, PROCTOR_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    args = [
+        sys.executable, "-m", "proctor", "run", "--model", str(model), "--tasks", N8, "--limit", "5",
+        "--batch-size", "8", "--max-length", "640", "--data-dir", str(data_dir), "--output", str(out),
+        "--no-progress", "--seed", "5",
+    ]
+    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def outputs(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
+            if p.is_file() and p.name != "metrics.json"}
+
+
+def test_n8_sigkill_then_rerun_is_byte_identical(tiny_dir, data_dir, tmp_path):
+    """gsm8k::olmo3:n8:v2 end to end on the tiny model (8 samples x up to 512 tokens), killed midway."""
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    victim = start(tiny_dir, data_dir, out, cache)
+    deadline = time.monotonic() + 300
+    while generated_rows(cache) < 1 and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert victim.poll() is None, "finished before it could be killed: " + victim.stderr.read()[-2000:]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    done_before = generated_rows(cache)
+    assert 1 <= done_before < 5 and not out.exists()
+
+    resumed = start(tiny_dir, data_dir, out, cache)
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-2000:]
+    fresh_out = tmp_path / "fresh"
+    fresh = start(tiny_dir, data_dir, fresh_out, tmp_path / "fresh-cache")
+    assert fresh.wait(timeout=600) == 0, fresh.stderr.read()[-2000:]
+    assert outputs(out) == outputs(fresh_out)
+
+    metrics = json.loads((out / "metrics.json").read_text())
+    engine = metrics["engine"]
+    assert engine["gen_cached"] >= done_before and engine["gen_samples"] == 8 * (5 - engine["gen_cached"])
+    assert metrics["model_config"]["seed"] == 5
+    task = metrics["tasks"][N8]
+    assert task["generation"]["repeats"] == 8 and task["generation"]["temperature"] == 0.6
+    assert set(task["metrics"]) >= {"pass_at_1", "pass_at_8", "maj_at_8", "exact_match"}
+    preds = [json.loads(line) for line in (out / "gsm8k-olmo3-n8-v2" / "predictions.jsonl").open()]
+    assert [p["doc_id"] for p in preds] == list(range(5))
+    for p in preds:
+        assert len(p["model_output"]) == 8
+        assert all(o["num_tokens"] <= 512 and o["finish_reason"] in ("stop", "eos", "length")
+                   for o in p["model_output"])
