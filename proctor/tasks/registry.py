@@ -61,7 +61,9 @@ def _suites() -> dict[str, Suite]:
     out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
     # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
     for name, members in lb_mmlu.suites().items():
-        out[name] = Suite(name, members, primary="micro")
+        whole = name == seed_suites.MMLU_LEADERBOARD  # all 57 subjects: RRGS is defined on it
+        out[name] = Suite(name, members, primary="micro",
+                          aggregations=("macro", "micro", "rrgs") if whole else ("macro", "micro"))
     out[lb_bigbench.SUITE] = Suite(lb_bigbench.SUITE, tuple(lb_bigbench.spec(t) for t in lb_bigbench.TASKS))
     for table in (seed_suites.SLIMPAJAMA_DC, seed_suites.DATA_ATTRIBUTION):
         out[table.name] = table
