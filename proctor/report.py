@@ -25,13 +25,17 @@ def print_results(scores: Mapping[str, dict], runs: Sequence, console: Console |
     console.print(headline)
 
     if len(runs) > 1 or any("members" in s for s in scores.values()):
+        # tasks of one run may have different metrics (accuracies, mc2, pass@k): each row
+        # shows its primary, then the others by name
         detail = Table(title="Tasks", title_justify="left")
-        names = ["acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond"]
-        for column in ("task", "n", *names):
-            detail.add_column(column, justify="right" if column != "task" else "left")
+        detail.add_column("task", no_wrap=True, max_width=40, overflow="ellipsis")
+        for column in ("n", "primary", "score"):
+            detail.add_column(column, justify="right" if column in ("n", "score") else "left", no_wrap=True)
+        detail.add_column("other metrics")
         for run in runs:
-            cells = [_fmt(run.metrics[n].mean) if n in run.metrics else "" for n in names]
-            detail.add_row(run.config.name, str(len(run.instances)), *cells)
+            primary = run.config.primary_metric
+            others = "  ".join(f"{k} {_fmt(v.mean)}" for k, v in run.metrics.items() if k != primary)
+            detail.add_row(run.config.name, str(len(run.instances)), primary, _fmt(run.primary.mean), others)
         console.print(detail)
 
 
