@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from proctor.engine import Engine
 from proctor.metrics import MeanStat, aggregate_docs, choice_score, score_multiple_choice
@@ -37,6 +37,25 @@ class TaskRun:
     @property
     def primary(self) -> MeanStat:
         return self.metrics[self.config.primary_metric]
+
+    def add_record(self, inst: Any, *, metrics: dict, model_output: list, label: Any, is_correct: bool,
+                   predicted_answer: str, correct_answer: str) -> None:
+        """One doc's prediction line and sidecar row (choice and generation tasks alike)."""
+        self.predictions.append(Prediction(
+            query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id,
+            metrics=metrics, model_output=model_output, label=label,
+        ))
+        self.sidecar.append(QueryMetadata(
+            query_id=inst.query_id,
+            benchmark=inst.metadata.get("benchmark", self.config.benchmark),
+            subject=inst.metadata.get("subject"),
+            reasoning_type=inst.metadata.get("reasoning_type"),
+            is_correct=bool(is_correct),
+            predicted_answer=predicted_answer,
+            correct_answer=correct_answer,
+            task=self.config.name,
+            doc_id=inst.doc_id,
+        ))
 
     def summary(self) -> dict:
         """The task's entry in metrics.json."""
@@ -111,29 +130,15 @@ def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None
             metrics.update(lm_eval_choice_metrics([c.sum_logits for c in choices], inst.choices,
                                                   inst.label, inst.metadata.get("true_choices")))
         doc_metrics.append(metrics)
-        run.predictions.append(
-            Prediction(
-                query_id=inst.query_id,
-                doc_id=inst.doc_id,
-                native_id=inst.native_id,
-                metrics=metrics,
-                model_output=[c.to_dict() for c in choices],
-                label=inst.label,
-            )
-        )
         predicted = metrics[f"predicted_index_{primary_kind}"]
-        run.sidecar.append(
-            QueryMetadata(
-                query_id=inst.query_id,
-                benchmark=inst.metadata.get("benchmark", run.config.benchmark),
-                subject=inst.metadata.get("subject"),
-                reasoning_type=inst.metadata.get("reasoning_type"),
-                is_correct=bool(metrics.get("is_correct", predicted == inst.label)),
-                predicted_answer=inst.choices[predicted],
-                correct_answer=inst.choices[inst.label],
-                task=run.config.name,
-                doc_id=inst.doc_id,
-            )
+        run.add_record(
+            inst,
+            metrics=metrics,
+            model_output=[c.to_dict() for c in choices],
+            label=inst.label,
+            is_correct=metrics.get("is_correct", predicted == inst.label),
+            predicted_answer=inst.choices[predicted],
+            correct_answer=inst.choices[inst.label],
         )
     run.metrics = aggregate_docs(doc_metrics, DOC_METRICS)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from proctor.metrics import aggregate_docs
-from proctor.outputs.records import Prediction, QueryMetadata
 from proctor.requests import GenerateResult
 from proctor.tasks.generation import DocScore, GenerationTask
 
@@ -56,28 +55,14 @@ def score_generation(run: "TaskRun", results: Mapping[str, GenerateResult]) -> N
     else:
         scores = [task.score(inst, res) for inst, res in zip(run.instances, docs)]
     for inst, score in zip(run.instances, scores):
-        run.predictions.append(
-            Prediction(
-                query_id=inst.query_id,
-                doc_id=inst.doc_id,
-                native_id=inst.native_id,
-                metrics=score.metrics,
-                model_output=score.model_output,
-                label=score.correct_answer,
-            )
-        )
-        run.sidecar.append(
-            QueryMetadata(
-                query_id=inst.query_id,
-                benchmark=inst.metadata.get("benchmark", run.config.benchmark),
-                subject=inst.metadata.get("subject"),
-                reasoning_type=inst.metadata.get("reasoning_type"),
-                is_correct=bool(score.is_correct),
-                predicted_answer=score.predicted_answer,
-                correct_answer=score.correct_answer,
-                task=run.config.name,
-                doc_id=inst.doc_id,
-            )
+        run.add_record(
+            inst,
+            metrics=score.metrics,
+            model_output=score.model_output,
+            label=score.correct_answer,
+            is_correct=score.is_correct,
+            predicted_answer=score.predicted_answer,
+            correct_answer=score.correct_answer,
         )
     names = task.metric_names or tuple(scores[0].metrics) if scores else ()
     run.metrics = aggregate_docs([s.metrics for s in scores], names)

@@ -1,12 +1,6 @@
 """Generations are cached per request and a killed run resumes without redoing finished requests."""
 
 import json
-import os
-import signal
-import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +9,7 @@ import torch
 from proctor.engine import Engine, ResultCache
 from proctor.requests import Generate
 
+from killed_runs import finish, kill_when_stored, outputs, start_run
 from tinylm import build_tiny_model
 
 N8 = "gsm8k::olmo3:n8:v2"
@@ -85,51 +80,22 @@ def test_interrupted_run_resumes_without_redoing_finished_requests(tiny_dir, tmp
     assert reseeded.generate(requests()) != fresh and reseeded.stats.gen_cached == 0
 
 
-def generated_rows(cache_dir: Path) -> int:
-    path = cache_dir / "results.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        with sqlite3.connect(path, timeout=1) as db:
-            return db.execute("SELECT COUNT(*) FROM generation").fetchone()[0]
-    except sqlite3.OperationalError:
-        return 0
-
-
-def start(model: Path, data_dir: Path, out: Path, cache_dir: Path) -> subprocess.Popen:
-    # one thread: the tiny model's matrices are too small to gain from more
-    env = dict(os.environ, PROCTOR_CACHE_DIR=str(cache_dir), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    args = [
-        sys.executable, "-m", "proctor", "run", "--model", str(model), "--tasks", N8, "--limit", "5",
-        "--batch-size", "8", "--max-length", "640", "--data-dir", str(data_dir), "--output", str(out),
-        "--no-progress", "--seed", "5",
-    ]
-    return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def outputs(run_dir: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and p.name != "metrics.json"}
+def n8_args(model: Path, data_dir: Path, out: Path) -> list[str]:
+    return ["--model", str(model), "--tasks", N8, "--limit", "5", "--batch-size", "8", "--max-length", "640",
+            "--data-dir", str(data_dir), "--output", str(out), "--no-progress", "--seed", "5"]
 
 
 def test_n8_sigkill_then_rerun_is_byte_identical(tiny_dir, data_dir, tmp_path):
     """gsm8k::olmo3:n8:v2 end to end on the tiny model (8 samples x up to 512 tokens), killed midway."""
     out, cache = tmp_path / "run", tmp_path / "cache"
-    victim = start(tiny_dir, data_dir, out, cache)
-    deadline = time.monotonic() + 300
-    while generated_rows(cache) < 1 and victim.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert victim.poll() is None, "finished before it could be killed: " + victim.stderr.read()[-2000:]
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    done_before = generated_rows(cache)
+    # one thread: the tiny model's matrices are too small to gain from more
+    victim = start_run(n8_args(tiny_dir, data_dir, out), cache, OMP_NUM_THREADS="1")
+    done_before = kill_when_stored(victim, cache, "generation", 1)
     assert 1 <= done_before < 5 and not out.exists()
 
-    resumed = start(tiny_dir, data_dir, out, cache)
-    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-2000:]
+    finish(start_run(n8_args(tiny_dir, data_dir, out), cache, OMP_NUM_THREADS="1"))
     fresh_out = tmp_path / "fresh"
-    fresh = start(tiny_dir, data_dir, fresh_out, tmp_path / "fresh-cache")
-    assert fresh.wait(timeout=600) == 0, fresh.stderr.read()[-2000:]
+    finish(start_run(n8_args(tiny_dir, data_dir, fresh_out), tmp_path / "fresh-cache", OMP_NUM_THREADS="1"))
     assert outputs(out) == outputs(fresh_out)
 
     metrics = json.loads((out / "metrics.json").read_text())

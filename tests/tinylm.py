@@ -55,10 +55,7 @@ def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -
         pad_token_id=None,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(config).eval()
-    model.save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
+    return _save(directory, LlamaForCausalLM(config), tokenizer)
 
 
 def build_tiny_gpt2(directory: Path, *, seed: int = 0, vocab_size: int = 320) -> Path:
@@ -79,7 +76,10 @@ def build_tiny_gpt2(directory: Path, *, seed: int = 0, vocab_size: int = 320) ->
         bos_token_id=tokenizer.eos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    model = GPT2LMHeadModel(config).eval()
-    model.save_pretrained(str(directory))
+    return _save(directory, GPT2LMHeadModel(config), tokenizer)
+
+
+def _save(directory: Path, model, tokenizer) -> Path:
+    model.eval().save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory

@@ -165,9 +165,9 @@ class HFBackend:
         # unique (row, position) pairs: choices sharing a context read the same position
         slots: dict[tuple[int, int], int] = {}
         wanted: list[tuple[int, int]] = []  # (slot, target token) per scored token, in order
-        for i, row in enumerate(rows):
-            p = parents[i] if parents else -1
-            skip = len(prefix) + (len(rows[p].tokens) if p >= 0 else 0)
+        # tokens before each row's own: the prefix, and the segment it continues if any
+        offsets = [len(prefix) + (len(rows[p].tokens) if p >= 0 else 0) for p in (parents or [-1] * len(rows))]
+        for i, (row, skip) in enumerate(zip(rows, offsets)):
             for readout in row.readouts:
                 if readout.start < skip:
                     raise ValueError(f"readout at position {readout.start} lies inside the {skip} tokens before the row")
@@ -175,7 +175,7 @@ class HFBackend:
                     slot = slots.setdefault((i, readout.start - skip + offset), len(slots))
                     wanted.append((slot, token))
         if self.shares_prefixes:
-            logits = self._packed_logits_at(prefix, rows, parents, list(slots))
+            logits = self._packed_logits_at(prefix, rows, parents, offsets, list(slots))
         else:
             logits = self._logits_at(_right_padded(rows).to(self.device), list(slots))
         slot_idx = torch.tensor([w[0] for w in wanted], device=self.device)
@@ -208,7 +208,8 @@ class HFBackend:
         return logits[rows, inverse]
 
     def _packed_logits_at(
-        self, prefix: tuple[int, ...], rows: Sequence[Row], parents: tuple[int, ...], slots: list[tuple[int, int]]
+        self, prefix: tuple[int, ...], rows: Sequence[Row], parents: tuple[int, ...], offsets: list[int],
+        slots: list[tuple[int, int]],
     ) -> torch.Tensor:
         """Logits at (row, position in the row) pairs, all rows packed into one sequence."""
         decoder = self.model.get_decoder()
@@ -225,7 +226,6 @@ class HFBackend:
             bounds.append((at, at + len(row.tokens)))
             at += len(row.tokens)
         ids = torch.tensor([[t for row in rows for t in row.tokens]], dtype=torch.long, device=self.device)
-        offsets = [len(prefix) + (len(rows[p].tokens) if p >= 0 else 0) for p in (parents or [-1] * len(rows))]
         positions = torch.cat([torch.arange(o, o + len(r.tokens)) for o, r in zip(offsets, rows)])
         positions = positions[None].to(self.device)
         with packed(PackedLayout(tuple(bounds), self._prefix_kv, parents)):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from proctor.requests import GenerateResult, Generation, LoglikelihoodResult
 
@@ -49,19 +49,8 @@ class ResultCache:
         self._db.commit()
 
     def get_many(self, fingerprint: str, keys: Iterable[str]) -> dict[str, LoglikelihoodResult]:
-        keys = list(keys)
-        found: dict[str, LoglikelihoodResult] = {}
-        for i in range(0, len(keys), _CHUNK):
-            chunk = keys[i:i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT key, sum_logits, num_tokens, is_greedy FROM loglikelihood "
-                f"WHERE fingerprint = ? AND key IN ({marks})",
-                [fingerprint, *chunk],
-            )
-            for key, sum_logits, num_tokens, is_greedy in rows:
-                found[key] = LoglikelihoodResult(sum_logits, num_tokens, bool(is_greedy))
-        return found
+        rows = self._select("key, sum_logits, num_tokens, is_greedy", "loglikelihood", fingerprint, keys)
+        return {key: LoglikelihoodResult(s, n, bool(g)) for key, s, n, g in rows}
 
     def put_many(self, fingerprint: str, results: Mapping[str, LoglikelihoodResult]) -> None:
         """Store and commit in one transaction: after this returns the results survive a kill."""
@@ -72,18 +61,19 @@ class ResultCache:
             )
 
     def get_generations(self, fingerprint: str, keys: Iterable[str]) -> dict[str, GenerateResult]:
+        rows = self._select("key, samples", "generation", fingerprint, keys)
+        return {key: GenerateResult(tuple(Generation(*x) for x in json.loads(samples))) for key, samples in rows}
+
+    def _select(self, columns: str, table: str, fingerprint: str, keys: Iterable[str]) -> Iterator[tuple]:
+        """Rows of `table` stored under `fingerprint` for `keys`, in chunks of `_CHUNK` keys."""
         keys = list(keys)
-        found: dict[str, GenerateResult] = {}
         for i in range(0, len(keys), _CHUNK):
             chunk = keys[i:i + _CHUNK]
             marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT key, samples FROM generation WHERE fingerprint = ? AND key IN ({marks})",
+            yield from self._db.execute(
+                f"SELECT {columns} FROM {table} WHERE fingerprint = ? AND key IN ({marks})",
                 [fingerprint, *chunk],
             )
-            for key, samples in rows:
-                found[key] = GenerateResult(tuple(Generation(*s) for s in json.loads(samples)))
-        return found
 
     def put_generations(self, fingerprint: str, results: Mapping[str, GenerateResult]) -> None:
         """Store and commit whole requests (every sample) in one transaction."""
