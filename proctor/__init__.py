@@ -1,3 +1,5 @@
 """proctor: evaluate language models with reproducible protocols."""
 
-__version__ = "0.1.0"
+from proctor.version import VERSION as __version__
+
+__all__ = ["__version__"]

@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from proctor.engine import Engine
-from proctor.metrics import MeanStat, aggregate_docs, choice_score, score_multiple_choice
+from proctor.metrics import Stat, aggregate_docs, choice_score, score_multiple_choice
 from proctor.metrics.harness import lm_eval_choice_metrics
 from proctor.outputs.records import Prediction, QueryMetadata
 from proctor.evaluate_generation import generation_settings, is_generation_run, score_generation
+from proctor.evaluate_perplexity import is_perplexity_run, perplexity_totals, score_perplexity
 from proctor.requests import Generate, LoglikelihoodResult
 from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.base import Instance, Task, TaskConfig
@@ -30,12 +31,12 @@ class TaskRun:
     warnings: list[str] = field(default_factory=list)
     predictions: list[Prediction] = field(default_factory=list)
     sidecar: list[QueryMetadata] = field(default_factory=list)
-    metrics: dict[str, MeanStat] = field(default_factory=dict)
+    metrics: dict[str, Stat] = field(default_factory=dict)
     seconds: float = 0.0
     task: Optional[Task] = None   # the task object (generation tasks score through it)
 
     @property
-    def primary(self) -> MeanStat:
+    def primary(self) -> Stat:
         return self.metrics[self.config.primary_metric]
 
     def add_record(self, inst: Any, *, metrics: dict, model_output: list, label: Any, is_correct: bool,
@@ -68,6 +69,7 @@ class TaskRun:
             "processing_time": self.seconds,
             "warnings": self.warnings,
             **({"generation": generation_settings(self)} if is_generation_run(self) else {}),
+            **({"perplexity": perplexity_totals(self)} if is_perplexity_run(self) else {}),
         }
 
 
@@ -117,6 +119,8 @@ def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None
     """Fill a task run's predictions, sidecar rows and aggregates from engine results."""
     if is_generation_run(run):
         return score_generation(run, results)  # type: ignore[arg-type]
+    if is_perplexity_run(run):
+        return score_perplexity(run, results)
     primary_kind = run.config.primary_metric.removeprefix("acc_")
     doc_metrics = []
     for inst in run.instances:

@@ -30,6 +30,28 @@ class Loglikelihood:
 
 
 @dataclass(frozen=True)
+class RollingLoglikelihood:
+    """Log-probability of a whole document `text` (perplexity/BPB), scored in rolling chunks.
+
+    Chunking is `proctor.engine.tokens.rolling_windows`: every text token is a target once,
+    the first conditioned on BOS (else EOS), no EOS target. The result sums all chunks:
+    `sum_logits` over every target, `num_tokens` = targets scored, `is_greedy` = all greedy.
+    A text with no tokens scores 0.0 over 0 tokens.
+    """
+
+    text: str
+    kind: ClassVar[str] = "loglikelihood_rolling"
+
+    @property
+    def key(self) -> str:
+        payload = json.dumps([self.kind, self.text], ensure_ascii=False)
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict:
+        return {"request_type": self.kind, "text": self.text}
+
+
+@dataclass(frozen=True)
 class LoglikelihoodResult:
     """What a backend returns for one Loglikelihood request."""
 
@@ -95,5 +117,5 @@ class GenerateResult:
     samples: tuple[Generation, ...]
 
 
-Request = Union[Loglikelihood, Generate]
+Request = Union[Loglikelihood, RollingLoglikelihood, Generate]
 Result = Union[LoglikelihoodResult, GenerateResult]

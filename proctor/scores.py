@@ -3,7 +3,7 @@
 A task reports its primary metric. A suite reports the aggregations it declares
 (`proctor.tasks.suite.AGGREGATIONS`), its `primary` one as `score`, and each direct
 member's own score; a suite without a primary (incomparable members) has `score` None.
-Pure: no I/O, no model; the inputs are each leaf task's primary `MeanStat`.
+Pure: no I/O, no model; the inputs are each leaf task's primary `MeanStat` (or `RatioStat`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from proctor.metrics.aggregate import MeanStat, suite_scores
+from proctor.metrics.aggregate import Stat, suite_scores
 from proctor.metrics.rrgs import rrgs
 from proctor.tasks import mmlu
 from proctor.tasks.base import TaskConfig
@@ -28,11 +28,11 @@ class TaskResult:
     """What a suite needs of one scored leaf task."""
 
     metric: str                          # the task's primary metric
-    stat: MeanStat                       # its per-doc values, as sufficient statistics
+    stat: Stat                           # its per-doc values (or corpus ratio), as sufficient statistics
     mmlu_subject: Optional[str] = None   # set when the task is one MMLU subject (for RRGS)
 
     @classmethod
-    def of(cls, config: TaskConfig, stat: MeanStat) -> "TaskResult":
+    def of(cls, config: TaskConfig, stat: Stat) -> "TaskResult":
         subject = config.subject if config.dataset_path == mmlu.DATASET else None
         return cls(config.primary_metric, stat, subject)
 

@@ -42,8 +42,9 @@ def test_all_specs():
         "gsm8k": 2, "bbh": 27, "humaneval": 2,                        # generation
         "leaderboard.arc": 1, "leaderboard.hellaswag": 1, "leaderboard.mmlu": 57,
         "leaderboard.truthfulqa": 2, "leaderboard.bigbench": 9,      # lm-eval formats
+        "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
-    assert len(specs) == sum(counts.values()) == 226
+    assert len(specs) == sum(counts.values()) == 243
 
 
 def test_every_suite_member_resolves():
@@ -69,7 +70,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 19 + ["task"] * 226
+    assert [r.kind for r in rows] == ["suite"] * 19 + ["task"] * 243
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}

@@ -126,3 +126,38 @@ def test_each_distinct_text_is_encoded_once():
     enc.calls = 0
     policy.encode_many(pairs)
     assert enc.calls == 4 + 1  # one whole per distinct choice, the shared context once
+
+
+def test_rolling_windows_score_every_token_once_sharing_one_context_token():
+    from proctor.engine.tokens import rolling_windows
+
+    tokens = list(range(100, 110))  # 10 text tokens
+    windows = rolling_windows(tokens, prefix_token=1, max_length=4)
+    assert [w.inputs for w in windows] == [(1, 100, 101, 102), (103, 104, 105, 106), (107, 108)]
+    assert [w.targets for w in windows] == [(100, 101, 102, 103), (104, 105, 106, 107), (108, 109)]
+    assert all(w.start == 0 and len(w.inputs) == len(w.targets) <= 4 for w in windows)
+    assert [t for w in windows for t in w.targets] == tokens  # each once, no EOS target
+    for before, after in zip(windows, windows[1:]):  # the one shared token, no earlier context
+        assert after.inputs[0] == before.targets[-1]
+    assert rolling_windows([], prefix_token=1, max_length=4) == []
+    assert rolling_windows([7], prefix_token=1, max_length=4)[0].inputs == (1,)
+
+
+def test_policy_rolling_windows_start_from_bos_else_eos():
+    from proctor.engine.tokens import TokenizationPolicy
+
+    class Encoder:
+        is_fast = False
+        eos_token_id = 0
+
+        def __init__(self, bos):
+            self.bos_token_id = bos
+
+        def encode(self, text, add_special_tokens=False):
+            assert add_special_tokens is False
+            return [ord(c) for c in text]
+
+    for bos, first in ((None, 0), (5, 5)):
+        out = TokenizationPolicy(Encoder(bos), max_length=3).rolling_windows(["abcd", ""])
+        assert out[1] == []
+        assert out[0][0].inputs == (first, 97, 98) and out[0][1].inputs == (99,)

@@ -18,6 +18,7 @@ from typing import Any
 
 from proctor.backends.sources import ALIASES, ModelSource, directory_identity, file_sha256
 from proctor.errors import UserError
+from proctor.cache_dir import cache_root
 
 _MARKER = "proctor-gguf.json"
 
@@ -27,10 +28,6 @@ class LoadedModel:
     model: Any          # transformers PreTrainedModel, eval mode, on its device
     tokenizer: Any      # transformers tokenizer
     identity: str       # weights + tokenizer identity, independent of where they lie
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("PROCTOR_CACHE_DIR", Path.home() / ".cache" / "proctor")).expanduser()
 
 
 def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:

@@ -1,23 +1,29 @@
-"""The engine: dedupe, tokenize, group, batch, resume from cache, score, restore order."""
+"""The engine: dedupe, tokenize, group, batch, resume from cache, score, restore order.
+
+Rolling (whole-document) requests are expanded into their chunks (proctor.engine.rolling),
+which are planned and scored with the loglikelihood windows and summed per request.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
 
 from proctor.engine.cache import ResultCache
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
+from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
 from proctor.errors import BatchTooLarge, UserError
 from proctor.engine.gen_plan import DEFAULT_SEED
-from proctor.requests import Generate, GenerateResult, Loglikelihood, LoglikelihoodResult
+from proctor.requests import Generate, GenerateResult, Loglikelihood, LoglikelihoodResult, RollingLoglikelihood
 
 if TYPE_CHECKING:
     from proctor.backends.base import Backend
 
 BatchSize = Union[int, str]
+Scored = Union[Loglikelihood, RollingLoglikelihood]
 
 
 @dataclass
@@ -27,6 +33,7 @@ class EngineStats:
     requests: int = 0          # as given, duplicates included
     unique: int = 0            # after dedupe on request key
     cached: int = 0            # unique requests answered by the cache
+    rolling_chunks: int = 0    # chunks of the rolling requests in the full plan
     rows: int = 0              # model rows in the full plan
     batches: int = 0           # batches in the full plan
     batches_run: int = 0       # batches actually sent to the backend
@@ -94,11 +101,14 @@ class Engine:
         mode = "|deterministic" if self.deterministic else ""
         return f"{self.backend.fingerprint}|tokens={POLICY_VERSION}{mode}"
 
-    def plan(self, requests: Sequence[Loglikelihood]) -> list[Batch]:
-        """The deterministic batch partition of the deduplicated requests."""
-        unique = {r.key: r for r in requests}
-        found = self.policy.windows([(r.context, r.continuation) for r in unique.values()])
-        windows = list(zip(unique, found))
+    def plan(self, requests: Sequence[Scored]) -> list[Batch]:
+        """The deterministic batch partition of the deduplicated requests (rolling ones as chunks)."""
+        plain, rolling = _split(requests)
+        return self._plan(plain, RollingWork.expand(self.policy, rolling))
+
+    def _plan(self, plain: dict[str, Loglikelihood], work: RollingWork) -> list[Batch]:
+        found = self.policy.windows([(r.context, r.continuation) for r in plain.values()])
+        windows = [*zip(plain, found), *work.windows.items()]
         return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
 
     def started_at(self, fallback: float) -> float:
@@ -111,40 +121,61 @@ class Engine:
 
         return run_generation(self, requests)
 
-    def run(self, requests: Sequence[Loglikelihood]) -> list[LoglikelihoodResult]:
+    def run(self, requests: Sequence[Scored]) -> list[LoglikelihoodResult]:
         started = self._started = time.perf_counter()
         unique = {r.key: r for r in requests}
+        plain, rolling = _split(unique.values())
         fingerprint = self.fingerprint
-        done: dict[str, LoglikelihoodResult] = (
-            self.cache.get_many(fingerprint, unique) if self.cache is not None else {}
-        )
+        rolling_fp = rolling_fingerprint(fingerprint)
+        done: dict[str, LoglikelihoodResult] = {}
+        if self.cache is not None:
+            done.update(self.cache.get_many(fingerprint, plain))
+            done.update(self.cache.get_many(rolling_fp, rolling))
         self.stats = EngineStats(requests=len(requests), unique=len(unique), cached=len(done))
         progress = Progress(len(unique), enabled=self.progress)
         try:
+            progress.advance(len(done))
             if len(done) < len(unique):
                 # plan on the FULL request set so a resumed run cuts the same batches
-                batches = self.plan(list(unique.values()))
+                work = RollingWork.expand(self.policy, rolling)
+                batches = self._plan(plain, work)
                 self.stats.plan_seconds = time.perf_counter() - started
+                self.stats.rolling_chunks = len(work.windows)
                 self.stats.rows = sum(len(b.rows) for b in batches)
                 self.stats.batches = len(batches)
-                progress.advance(len(done))
+                unfinished = [k for k in rolling if k not in done]
+                stored = self._cached_chunks(rolling_fp, [c for k in unfinished for c in work.chunks[k]])
+                tally = RollingTally(work, unfinished, stored)
+                pending = {k for k in plain if k not in done} | tally.pending
+                finished = tally.complete()  # every chunk stored already, or an empty text
+                self._store(rolling_fp, finished)
+                done.update(finished)
+                progress.advance(len(finished))
                 for batch in batches:
-                    keys = batch.keys
-                    if all(k in done for k in keys):
+                    if not any(k in pending for k in batch.keys):
                         continue
                     fresh = self._score(batch)
-                    new = {k: r for k, r in fresh.items() if k not in done}
-                    if self.cache is not None:
-                        self.cache.put_many(fingerprint, new)
-                    done.update(new)
+                    new_plain = {k: r for k, r in fresh.items() if k in pending and k in plain}
+                    new_chunks = {k: r for k, r in fresh.items() if k in pending and k not in plain}
+                    pending.difference_update(fresh)
+                    completed = tally.add(new_chunks)
+                    self._store(fingerprint, new_plain)
+                    self._store(rolling_fp, {**new_chunks, **completed})  # one transaction
+                    done.update(new_plain)
+                    done.update(completed)
                     if self.stats.first_batch_seconds is None:
                         self.stats.first_batch_seconds = time.perf_counter() - started
-                    progress.advance(len(new), batch.real_tokens)
-            else:
-                progress.advance(len(done))
+                    progress.advance(len(new_plain) + len(completed), batch.real_tokens)
         finally:
             progress.close()
         return [done[r.key] for r in requests]
+
+    def _cached_chunks(self, fingerprint: str, keys: list[str]) -> dict[str, LoglikelihoodResult]:
+        return self.cache.get_many(fingerprint, keys) if self.cache is not None and keys else {}
+
+    def _store(self, fingerprint: str, results: dict[str, LoglikelihoodResult]) -> None:
+        if self.cache is not None and results:
+            self.cache.put_many(fingerprint, results)
 
     def _score_rows(self, batch: Batch) -> list:
         """The backend's results for a batch, halving it (recursively) while it runs out of memory."""
@@ -185,3 +216,17 @@ class Engine:
             self.stats.tokens_run += len(batch.prefix)
             self._last_prefix = batch.prefix
         return out
+
+
+def _split(requests: Iterable[Scored]) -> tuple[dict[str, Loglikelihood], dict[str, RollingLoglikelihood]]:
+    """Deduplicated loglikelihood and rolling requests, by key, in first-seen order."""
+    plain: dict[str, Loglikelihood] = {}
+    rolling: dict[str, RollingLoglikelihood] = {}
+    for r in requests:
+        if isinstance(r, RollingLoglikelihood):
+            rolling.setdefault(r.key, r)
+        elif isinstance(r, Loglikelihood):
+            plain.setdefault(r.key, r)
+        else:
+            raise TypeError(f"Engine.run scores Loglikelihood and RollingLoglikelihood requests, not {type(r).__name__}")
+    return plain, rolling

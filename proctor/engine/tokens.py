@@ -27,6 +27,14 @@ Generation contexts (`generation_contexts`, lm-eval's `HFLM.generate_until`):
 - A context that encodes to no tokens is conditioned on the prefix token (BOS, else EOS),
   as an empty loglikelihood context is; lm-eval would fail on it.
 
+Rolling documents (`rolling_windows`: perplexity/BPB offline and in-loop alike):
+
+- The text is encoded without special tokens; every text token is a target exactly once,
+  the first conditioned on the prefix token (BOS, else EOS); no EOS target is added.
+- Chunks of at most `max_length` targets; a later chunk's only context is the previous
+  chunk's last target (adjacent chunks share one token, earlier context is discarded).
+- A text that encodes to no tokens has no chunks (an empty document is skipped).
+
 Every backend and the in-loop path must tokenize through this module.
 """
 
@@ -41,6 +49,8 @@ from proctor.errors import UserError
 POLICY_VERSION = "olmes-1"
 # The same for generation contexts; part of every generation cache key.
 GENERATION_POLICY_VERSION = "gen-1"
+# The same for rolling documents; part of every rolling cache key.
+ROLLING_POLICY_VERSION = "rolling-1"
 _ENCODE_CHUNK = 2048  # texts per batched tokenizer call: parallel, with bounded memory
 
 
@@ -96,6 +106,23 @@ def window(pair: EncodedPair, max_length: int) -> Window:
     return Window(inputs=inputs, start=len(inputs) - n_cont, targets=pair.continuation)
 
 
+def rolling_windows(tokens: Sequence[int], prefix_token: int, max_length: int) -> list[Window]:
+    """A document's tokens as chunks of at most `max_length` targets, each scored once.
+
+    Chunk k covers targets tokens[k*max_length : (k+1)*max_length]; its inputs are the
+    token before them (the prefix token for the first chunk) and all its targets but the
+    last, so inputs and targets have the same length and `start` is 0.
+    """
+    if max_length < 1:
+        raise ValueError(f"max_length must be positive, got {max_length}")
+    out = []
+    for begin in range(0, len(tokens), max_length):
+        targets = tuple(tokens[begin : begin + max_length])
+        first = prefix_token if begin == 0 else tokens[begin - 1]
+        out.append(Window(inputs=(first, *targets[:-1]), start=0, targets=targets))
+    return out
+
+
 class TokenizationPolicy:
     """Encodes (context, continuation) pairs, in bulk: each distinct text is encoded once."""
 
@@ -149,6 +176,15 @@ class TokenizationPolicy:
         out: list[Window] = []
         for i in range(0, len(pairs), _ENCODE_CHUNK):
             out.extend(window(p, self.max_length) for p in self.encode_many(pairs[i : i + _ENCODE_CHUNK]))
+        return out
+
+    def rolling_windows(self, texts: Sequence[str]) -> list[list[Window]]:
+        """Each text's chunks (`rolling_windows`); a text with no tokens has none."""
+        out: list[list[Window]] = []
+        for i in range(0, len(texts), _ENCODE_CHUNK):
+            chunk = texts[i : i + _ENCODE_CHUNK]
+            encoded = self._encode_texts(chunk)
+            out.extend(rolling_windows(encoded[t], self.prefix_token_id, self.max_length) for t in chunk)
         return out
 
     def generation_contexts(self, requests: Sequence[tuple[str, int]]) -> list[tuple[int, ...]]:

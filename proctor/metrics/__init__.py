@@ -1,6 +1,6 @@
 """Pure scoring functions: responses -> per-query metrics -> aggregates."""
 
-from proctor.metrics.aggregate import MeanStat, aggregate_docs, suite_scores
+from proctor.metrics.aggregate import MeanStat, RatioStat, Stat, aggregate_docs, suite_scores
 from proctor.metrics.answers import (
     BBH_ANSWER, GSM8K_IGNORE, exact_match, extract_last_number, gsm8k_gold, gsm8k_match,
     regex_extract,
@@ -14,6 +14,8 @@ __all__ = [
     "ChoiceScore",
     "GSM8K_IGNORE",
     "MeanStat",
+    "RatioStat",
+    "Stat",
     "aggregate_docs",
     "choice_score",
     "exact_match",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence, Union
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,58 @@ class MeanStat:
         return math.sqrt(variance / self.count)
 
 
+@dataclass(frozen=True)
+class RatioStat:
+    """A corpus ratio sum(y) / sum(x) over docs (e.g. NLL over bytes), as sufficient statistics.
+
+    `mean` is the ratio of totals (not a mean of per-doc ratios); `count` the docs in it.
+    `stderr` is the delta-method (ratio-estimator) standard error over docs,
+    sqrt(sum((y_i - R x_i)^2) / (n (n - 1))) / mean(x), from sums of squares and products
+    so it merges exactly; nan under two docs.
+    """
+
+    count: int = 0
+    numerator: float = 0.0       # sum of y
+    denominator: float = 0.0     # sum of x
+    numerator_sq: float = 0.0    # sum of y^2
+    denominator_sq: float = 0.0  # sum of x^2
+    cross: float = 0.0           # sum of x*y
+
+    @classmethod
+    def of(cls, pairs: Iterable[tuple[float, float]]) -> "RatioStat":
+        """From (y, x) per doc."""
+        pairs = [(float(y), float(x)) for y, x in pairs]
+        return cls(
+            len(pairs),
+            math.fsum(y for y, _ in pairs), math.fsum(x for _, x in pairs),
+            math.fsum(y * y for y, _ in pairs), math.fsum(x * x for _, x in pairs),
+            math.fsum(x * y for y, x in pairs),
+        )
+
+    def merge(self, other: "RatioStat") -> "RatioStat":
+        return RatioStat(
+            self.count + other.count, self.numerator + other.numerator, self.denominator + other.denominator,
+            self.numerator_sq + other.numerator_sq, self.denominator_sq + other.denominator_sq,
+            self.cross + other.cross,
+        )
+
+    @property
+    def mean(self) -> float:
+        return self.numerator / self.denominator if self.denominator else float("nan")
+
+    @property
+    def stderr(self) -> float:
+        if self.count < 2 or not self.denominator:
+            return float("nan")
+        r = self.mean
+        residual = max(self.numerator_sq - 2 * r * self.cross + r * r * self.denominator_sq, 0.0)
+        return math.sqrt(residual / (self.count * (self.count - 1))) / (self.denominator / self.count)
+
+
+#: what a task's aggregate metric can be: a mean over docs or a corpus ratio
+Stat = Union[MeanStat, RatioStat]
+
+
 def aggregate_docs(doc_metrics: Sequence[Mapping[str, float]], names: Sequence[str]) -> dict[str, MeanStat]:
     """Plain mean over docs of each named metric present in every doc."""
     return {
@@ -45,11 +97,13 @@ def aggregate_docs(doc_metrics: Sequence[Mapping[str, float]], names: Sequence[s
     }
 
 
-def suite_scores(task_stats: Sequence[MeanStat]) -> dict[str, float]:
+def suite_scores(task_stats: Sequence[Stat]) -> dict[str, float]:
     """Suite `macro` (unweighted mean of task means) and `micro` (mean over all docs), with stderrs."""
     means = [s.mean for s in task_stats]
     pooled = MeanStat()
     for s in task_stats:
+        if not isinstance(s, MeanStat):  # e.g. Paloma sources: byte-weighted, not a mean of members
+            raise ValueError("a suite pools per-doc means; a corpus ratio (RatioStat) cannot be a member")
         pooled = pooled.merge(s)
     macro_se = math.sqrt(math.fsum(s.stderr**2 for s in task_stats)) / len(task_stats)
     return {

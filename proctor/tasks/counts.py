@@ -62,6 +62,7 @@ SPLIT_SIZES: dict[tuple[str, Optional[str]], dict[str, int]] = {
     ("openai/gsm8k", "main"): {"test": 1319, "train": 7473},
     **{("SaylorTwift/bbh", t): {"test": n} for t, n in BBH_TEST.items()},
     ("openai/openai_humaneval", None): {"test": 164},
+    ("allenai/c4", "en"): {"validation": 364608, "train": 364868892},
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.errors import UserError
-from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, seed_suites, socialiqa
+from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
 from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
@@ -23,7 +23,7 @@ __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "a
            "leaf_specs", "task_config", "task_rows"]
 
 _FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh,
-             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval)
+             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,189 @@
+"""In-loop in-context-learning tasks: one row per (document, continuation), scored as offline.
+
+Every row is built with `proctor.engine.tokens.TokenizationPolicy(tokenizer,
+max_length=model_ctx_len).windows(...)`, the policy `proctor run` scores loglikelihood
+requests with (no BOS, the context's trailing whitespace moved to the continuation, left
+truncation to `model_ctx_len` inputs), so an in-loop accuracy equals the offline one.
+
+A row (`task[i]`) is a dict of python lists and ints:
+
+- `input_ids`: `window.inputs`; `labels`: -100 everywhere except
+  `labels[window.start + j] = window.targets[j]` (pre-shifted: the logits at a position
+  predict its label);
+- `item_id`, `num_items`, `doc_id` (document number 0..n-1), `cont_id` (continuation
+  index), `label_id` (gold continuation), `num_choices`, `cont_str_len` (characters of the
+  continuation, leading space included), `cont_byte_len` (its UTF-8 bytes) and
+  `cont_byte_len_no_leading_space` (bytes without one leading space).
+
+`collate_fn` right-pads a list of rows into the batch contract of `proctor.inloop`
+(`input_ids`, `attention_mask`, `labels` and each field above as a [B] LongTensor).
+
+`ICLTask` turns a spine task spec (`proctor tasks`), e.g. "mmlu_abstract_algebra:mc::olmes",
+into such a dataset, with the very prompts, continuations and labels of `proctor run`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+import torch
+from torch.utils.data import Dataset
+
+from proctor.engine.tokens import TokenizationPolicy
+from proctor.errors import UserError
+from proctor.inloop.batching import collate_items, pad_token_id
+
+METRIC_TYPES = ("acc", "len_norm", "bpb")
+# primary metric of a spine task -> the ICLMetric figure that equals it
+PRIMARY_TO_METRIC_TYPE = {"acc_raw": "acc", "acc_per_char": "len_norm"}
+
+
+@dataclass(frozen=True)
+class ChoiceDoc:
+    """One document: a prompt, the continuations scored after it, the gold one's index."""
+
+    prompt: str
+    continuations: tuple[str, ...]
+    label: int
+
+
+def no_leading_space(continuation: str) -> str:
+    """The continuation without one leading space (what `bpb_v1` counts bytes of)."""
+    return continuation[1:] if continuation.startswith(" ") else continuation
+
+
+def check_metric_type(metric_type: str) -> str:
+    if metric_type not in METRIC_TYPES:
+        raise UserError(f"unknown metric_type {metric_type!r}; use one of {', '.join(METRIC_TYPES)}")
+    return metric_type
+
+
+class ICLDataset(Dataset):
+    """Rows of (document, continuation) pairs in the in-loop batch contract.
+
+    Rows are ordered by document, then continuation; `documents[i]` is row i's document.
+    Only the window's token ids and a few ints are kept per row (no tokenizer, no text).
+    """
+
+    metric_type: str = "acc"
+
+    def __init__(self, docs: Sequence[ChoiceDoc], tokenizer: Any, *, model_ctx_len: int,
+                 metric_type: str, what: str = "task"):
+        if isinstance(model_ctx_len, bool) or not isinstance(model_ctx_len, int) or model_ctx_len < 1:
+            raise UserError(f"model_ctx_len must be a positive integer, got {model_ctx_len!r}")
+        self.metric_type = check_metric_type(metric_type)
+        self.model_ctx_len = model_ctx_len
+        self.pad_token_id = pad_token_id(tokenizer)
+        self.num_documents = len(docs)
+        pairs, meta = [], []
+        for doc_id, doc in enumerate(docs):
+            if not doc.continuations or not 0 <= doc.label < len(doc.continuations):
+                raise ValueError(f"{what}: document {doc_id} has label {doc.label} for "
+                                 f"{len(doc.continuations)} continuations")
+            for cont_id, cont in enumerate(doc.continuations):
+                pairs.append((doc.prompt, cont))
+                meta.append((doc_id, cont_id, doc.label, len(doc.continuations), len(cont),
+                             len(cont.encode("utf-8")), len(no_leading_space(cont).encode("utf-8"))))
+        policy = TokenizationPolicy(tokenizer, max_length=model_ctx_len)
+        try:
+            windows = policy.windows(pairs)
+        except ValueError as e:  # a continuation longer than the window
+            raise UserError(f"{what}: {e}; raise model_ctx_len") from None
+        self._inputs = [torch.tensor(w.inputs, dtype=torch.int32) for w in windows]
+        self._targets = [torch.tensor(w.targets, dtype=torch.int32) for w in windows]
+        self._starts = [w.start for w in windows]
+        self._meta = meta
+        self.documents: list[int] = [m[0] for m in meta]
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    def __getitem__(self, index: int) -> dict:
+        if not 0 <= index < len(self._meta):
+            raise IndexError(f"row {index} out of range for {len(self._meta)} rows")
+        inputs, targets, start = self._inputs[index], self._targets[index], self._starts[index]
+        labels = [-100] * len(inputs)
+        labels[start : start + len(targets)] = targets.tolist()
+        doc_id, cont_id, label, num_choices, n_chars, n_bytes, n_bytes_nls = self._meta[index]
+        return {
+            "input_ids": inputs.tolist(), "labels": labels,
+            "item_id": index, "num_items": len(self._meta), "doc_id": doc_id,
+            "cont_id": cont_id, "label_id": label, "num_choices": num_choices,
+            "cont_str_len": n_chars, "cont_byte_len": n_bytes,
+            "cont_byte_len_no_leading_space": n_bytes_nls,
+        }
+
+    def collate_fn(self, items: Sequence[dict]) -> dict[str, torch.Tensor]:
+        return collate_items(items, self.pad_token_id)
+
+
+def _metric_type_of(spec: str, primary: str, override: Optional[str]) -> str:
+    if override is not None:
+        return check_metric_type(override)
+    if primary == "acc_uncond":
+        raise UserError(
+            f"{spec}: its primary metric acc_uncond needs unconditioned requests, which in-loop "
+            "ICL tasks do not score; pass metric_type='len_norm' (or 'acc') explicitly to rank "
+            "its continuations without them")
+    if primary not in PRIMARY_TO_METRIC_TYPE:
+        raise UserError(
+            f"{spec}: its primary metric {primary} has no in-loop ICL equivalent (supported: "
+            f"{', '.join(PRIMARY_TO_METRIC_TYPE)}); pass metric_type= one of {', '.join(METRIC_TYPES)} "
+            "explicitly to score its continuations anyway")
+    return PRIMARY_TO_METRIC_TYPE[primary]
+
+
+class ICLTask(ICLDataset):
+    """A spine multiple-choice task spec (or a suite of them) as an in-loop ICL dataset.
+
+    `spec` is a task spec of `proctor tasks`, e.g. "arc_easy:rc::olmes"; a suite spec
+    (e.g. "mmlu_stem:mc::olmes") is accepted when all its members map to the same metric
+    type: its documents are numbered across members in suite order and ICLMetric reports
+    the mean over all of them (micro), not the suite's macro average over members.
+    `limit` takes the first `limit` documents of each member, as `proctor run --limit`.
+    `metric_type` defaults to the spec's primary metric: acc_raw -> "acc",
+    acc_per_char -> "len_norm". Unconditioned (acc_uncond) requests are not scored.
+    """
+
+    def __init__(self, spec: str, tokenizer: Any, *, model_ctx_len: int = 2048,
+                 data_dir: Optional[Union[str, Path]] = None, limit: Optional[int] = None,
+                 metric_type: Optional[str] = None):
+        from proctor.data.sources import resolve_data_dir
+        from proctor.tasks.choice import ChoiceTask
+        from proctor.tasks.leaderboard.base import HarnessTask
+        from proctor.tasks.registry import resolve
+
+        self.spec = spec.strip()
+        tasks = resolve(self.spec)
+        for task in tasks:
+            if not isinstance(task, (ChoiceTask, HarnessTask)):
+                raise UserError(f"{task.config.name} is not a multiple-choice task (in-loop ICL ranks "
+                                "answer continuations); pass multiple-choice specs such as "
+                                "'mmlu_abstract_algebra:mc::olmes' or 'arc_easy:rc::olmes'")
+        types = {t.config.name: _metric_type_of(t.config.name, t.config.primary_metric, metric_type)
+                 for t in tasks}
+        if len(set(types.values())) > 1:
+            raise UserError(
+                f"{self.spec}: its members map to different metric types "
+                f"({', '.join(sorted(set(types.values())))}); pass leaf task specs, or metric_type=")
+        root = resolve_data_dir(data_dir)
+        docs: list[ChoiceDoc] = []
+        self.specs: tuple[str, ...] = tuple(t.config.name for t in tasks)
+        self.query_ids: list[str] = []
+        for task in tasks:
+            for inst in task.instances(root, limit):
+                if not inst.continuations:
+                    raise UserError(f"{task.config.name} is not a multiple-choice task; "
+                                    "in-loop ICL needs continuations to rank")
+                docs.append(ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label))
+                self.query_ids.append(inst.query_id)
+        if not docs:
+            raise UserError(f"{self.spec}: no documents to evaluate")
+        super().__init__(docs, tokenizer, model_ctx_len=model_ctx_len,
+                         metric_type=next(iter(types.values())), what=self.spec)
+
+    def __repr__(self) -> str:
+        return (f"ICLTask({self.spec!r}, documents={self.num_documents}, rows={len(self)}, "
+                f"metric_type={self.metric_type!r}, model_ctx_len={self.model_ctx_len})")

@@ -1,0 +1,165 @@
+"""ICLMetric: per-document accuracy and gold-continuation BPB of an in-loop ICL task.
+
+`update(batch, logits)` stores each row's loglikelihood (sum of the log-probabilities of
+its labelled tokens: float32 log-softmax, as offline scoring, summed in float64) in a
+tensor indexed by `item_id`, with the row's document, continuation, gold index and
+lengths. `compute()` adds these tensors over ranks (each row lives on exactly one rank;
+`Coverage` refuses a missing or repeated row, so a document with missing choices raises
+ValueError instead of giving a wrong number), then per document:
+
+- "acc": the continuation with the largest loglikelihood is the gold one;
+- "len_norm": the same with loglikelihood / `cont_str_len` (OLMES acc_per_char);
+- "bpb_v2": -ll / ln 2 / `cont_byte_len` of the gold continuation (leading space counted);
+- "bpb_v1": the same over `cont_byte_len_no_leading_space`;
+- "ce_loss": -ll / `cont_str_len` of the gold continuation;
+
+each averaged over documents. Ties go to the lowest index (`proctor.metrics.choice.argmax`).
+metric_type "bpb" (one scored continuation per document) reports bpb_v1, bpb_v2, ce_loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import torch
+from torch import nn
+
+from proctor.inloop.batching import label_logprob_sums
+from proctor.inloop.distributed import Coverage, all_reduce_max, all_reduce_sum
+from proctor.inloop.icl import METRIC_TYPES
+from proctor.metrics.choice import argmax
+
+_FIELDS = ("doc_id", "cont_id", "label_id", "num_choices", "cont_str_len", "cont_byte_len",
+           "cont_byte_len_no_leading_space")
+
+
+@dataclass(frozen=True)
+class DocResult:
+    """One document's outcome."""
+
+    doc_id: int
+    label: int
+    loglikelihoods: tuple[float, ...]
+    predicted: int            # argmax of loglikelihoods
+    predicted_len_norm: int   # argmax of loglikelihood / characters
+    bpb_v1: float             # gold continuation, bytes without the leading space
+    bpb_v2: float             # gold continuation, bytes with it
+    ce_loss: float            # gold continuation, nats per character
+
+
+class ICLMetric(nn.Module):
+    """Accuracy, length-normalised accuracy and BPB of an ICL task (see the module doc)."""
+
+    def __init__(self, metric_type: str = "acc"):
+        super().__init__()
+        if metric_type not in METRIC_TYPES:
+            raise ValueError(f"unknown metric_type {metric_type!r}; use one of {', '.join(METRIC_TYPES)}")
+        self.metric_type = metric_type
+        self.register_buffer("loglikelihoods", torch.zeros(0, dtype=torch.float64), persistent=False)
+        self.register_buffer("fields", torch.zeros(0, len(_FIELDS), dtype=torch.int64), persistent=False)
+        self.coverage = Coverage()
+
+    def _apply(self, fn, *args, **kwargs):
+        out = super()._apply(fn, *args, **kwargs)
+        self.coverage.to(self.loglikelihoods.device)
+        return out
+
+    def reset(self) -> None:
+        device = self.loglikelihoods.device
+        self.loglikelihoods = torch.zeros(0, dtype=torch.float64, device=device)
+        self.fields = torch.zeros(0, len(_FIELDS), dtype=torch.int64, device=device)
+        self.coverage.reset()
+
+    def _grow(self, n: int) -> None:
+        have = self.loglikelihoods.numel()
+        if have == n:
+            return
+        if have:
+            raise ValueError(f"batches come from datasets of {have} and {n} rows; use one ICLMetric per task")
+        device = self.loglikelihoods.device
+        self.loglikelihoods = torch.zeros(n, dtype=torch.float64, device=device)
+        self.fields = torch.zeros(n, len(_FIELDS), dtype=torch.int64, device=device)
+
+    @torch.no_grad()
+    def update(self, batch: Mapping[str, torch.Tensor], logits: torch.Tensor) -> None:
+        num_items = batch["num_items"].reshape(-1)
+        if num_items.numel() == 0:
+            return
+        n = int(num_items.max())
+        if int(num_items.min()) != n:
+            raise ValueError("a batch mixes rows of datasets of different sizes; use one ICLMetric per task")
+        self._grow(n)
+        device = self.loglikelihoods.device
+        ids = batch["item_id"].reshape(-1).to(device=device, dtype=torch.long)
+        ll = label_logprob_sums(logits, batch["labels"]).to(device)
+        self.loglikelihoods.index_add_(0, ids, ll)
+        self.fields[ids] = torch.stack([batch[k].reshape(-1).to(device=device, dtype=torch.long)
+                                        for k in _FIELDS], dim=1)
+        self.coverage.add(ids, n)
+
+    def _summed(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-row state over all ranks (a rank that saw no batch contributes zeros)."""
+        device = self.loglikelihoods.device
+        n = int(all_reduce_max(torch.tensor([self.loglikelihoods.numel()], device=device)).item())
+        ll = torch.zeros(n, dtype=torch.float64, device=device)
+        fields = torch.zeros(n, len(_FIELDS), dtype=torch.int64, device=device)
+        ll[: self.loglikelihoods.numel()] = self.loglikelihoods
+        fields[: self.fields.shape[0]] = self.fields
+        return all_reduce_sum(ll), all_reduce_sum(fields)
+
+    def doc_results(self) -> list[DocResult]:
+        """Each document's predictions and gold BPB, in document order (all ranks reduced)."""
+        self.coverage.check("ICL rows (document, continuation)")
+        ll, fields = self._summed()
+        ll_list, rows = ll.cpu().tolist(), fields.cpu().tolist()
+        by_doc: dict[int, list[tuple[list[int], float]]] = {}
+        for f, value in zip(rows, ll_list):
+            by_doc.setdefault(f[0], []).append((f, value))
+        out = []
+        for doc_id in sorted(by_doc):
+            out.append(_score_doc(doc_id, by_doc[doc_id]))
+        return out
+
+    def compute(self) -> dict[str, float]:
+        docs = self.doc_results()
+        n = len(docs)
+        result = {
+            "bpb_v1": sum(d.bpb_v1 for d in docs) / n,
+            "bpb_v2": sum(d.bpb_v2 for d in docs) / n,
+            "ce_loss": sum(d.ce_loss for d in docs) / n,
+        }
+        if self.metric_type == "bpb":
+            return result
+        return {
+            "acc": sum(float(d.predicted == d.label) for d in docs) / n,
+            "len_norm": sum(float(d.predicted_len_norm == d.label) for d in docs) / n,
+            **result,
+        }
+
+
+def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
+    rows = sorted(rows, key=lambda r: r[0][1])
+    fields = [f for f, _ in rows]
+    num_choices, label = fields[0][3], fields[0][2]
+    if [f[1] for f in fields] != list(range(num_choices)) or any(
+            f[2] != label or f[3] != num_choices for f in fields):
+        raise ValueError(f"document {doc_id}: rows do not form its {num_choices} continuations "
+                         f"(got continuation ids {[f[1] for f in fields]}); every row of a document "
+                         "must come from the same task, each once")
+    if not 0 <= label < num_choices:
+        raise ValueError(f"document {doc_id}: gold index {label} is not one of {num_choices} continuations")
+    lls = [v for _, v in rows]
+    chars = [max(f[4], 1) for f in fields]
+    gold_ll, gold = lls[label], fields[label]
+    return DocResult(
+        doc_id=doc_id,
+        label=label,
+        loglikelihoods=tuple(lls),
+        predicted=argmax(lls),
+        predicted_len_norm=argmax([v / c for v, c in zip(lls, chars)]),
+        bpb_v1=-gold_ll / math.log(2) / max(gold[6], 1),
+        bpb_v2=-gold_ll / math.log(2) / max(gold[5], 1),
+        ce_loss=-gold_ll / max(gold[4], 1),
+    )
