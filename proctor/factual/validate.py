@@ -1,0 +1,114 @@
+"""Check generations from another inference stack against the query bank before scoring.
+
+The seed lets a user plug in their own stack (vLLM, an API, a harness); its file joins the
+bank on `query_id`. A partial or mismatched file must never be scored silently: every
+problem is listed, and `ValidationReport.ok` is False when any was found.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from proctor.factual.prompts import build_prompt
+
+#: field -> the types it may hold (required fields first)
+FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "query_id": (str,),
+    "raw_response": (str,),
+    "fact_id": (str,),
+    "condition_family": (str,),
+    "model": (str,),
+    "prompt": (str,),
+    "generated_tokens": (int,),
+    "finish_reason": (str,),
+}
+REQUIRED = ("query_id", "raw_response")
+_SHOWN = 5  # ids quoted per problem in the summary
+
+
+@dataclass
+class ValidationReport:
+    """What is wrong with a generations file, per kind of problem (ids or line numbers)."""
+
+    rows: int = 0
+    missing: list[str] = field(default_factory=list)        # bank ids with no generation
+    duplicate: list[str] = field(default_factory=list)      # ids generated more than once
+    unknown: list[str] = field(default_factory=list)        # ids not in the bank
+    bad_types: list[str] = field(default_factory=list)      # "line N: field ... "
+    prompt_mismatch: list[str] = field(default_factory=list)  # prompt differs from build_prompt
+    family_mismatch: list[str] = field(default_factory=list)  # fact_id/condition_family differ
+    stripped: bool = False                                   # every response looks stripped
+
+    @property
+    def ok(self) -> bool:
+        return not (self.missing or self.duplicate or self.unknown or self.bad_types
+                    or self.prompt_mismatch or self.family_mismatch or self.stripped)
+
+    def lines(self) -> list[str]:
+        """One line per problem, with counts and the first few ids."""
+        out = []
+        for name, items, why in [
+            ("missing", self.missing, "query ids of the bank with no generation"),
+            ("duplicate", self.duplicate, "query ids generated more than once"),
+            ("unknown", self.unknown, "query ids that are not in the bank"),
+            ("wrong types", self.bad_types, "fields of the wrong type"),
+            ("prompt mismatch", self.prompt_mismatch,
+             "prompts that differ from the bank's template (protocol mismatch: see build_prompt)"),
+            ("bank mismatch", self.family_mismatch, "fact_id/condition_family that differ from the bank"),
+        ]:
+            if items:
+                shown = ", ".join(items[:_SHOWN]) + (", ..." if len(items) > _SHOWN else "")
+                out.append(f"{name}: {len(items)} {why}: {shown}")
+        if self.stripped:
+            out.append("stripped responses: no raw_response starts with whitespace; write the raw "
+                       "continuation (not stripped, lowercased or truncated)")
+        return out
+
+
+def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterable[Mapping[str, Any]]
+                         ) -> ValidationReport:
+    """Join generation rows (in file order) to the bank on `query_id` and list every problem."""
+    by_id = {row["query_id"]: row for row in bank}
+    report = ValidationReport()
+    seen: Counter = Counter()
+    leading_space = 0
+    responses = 0
+    for line, gen in enumerate(generations, start=1):
+        report.rows += 1
+        if not isinstance(gen, Mapping):
+            report.bad_types.append(f"line {line}: not a JSON object")
+            continue
+        problems = _type_problems(gen)
+        report.bad_types.extend(f"line {line}: {p}" for p in problems)
+        qid = gen.get("query_id")
+        if not isinstance(qid, str):
+            continue
+        seen[qid] += 1
+        row = by_id.get(qid)
+        if row is None:
+            continue
+        if isinstance(gen.get("prompt"), str) and gen["prompt"] != build_prompt(row):
+            report.prompt_mismatch.append(qid)
+        if any(k in gen and gen[k] != row.get(k) for k in ("fact_id", "condition_family")):
+            report.family_mismatch.append(qid)
+        text = gen.get("raw_response")
+        if isinstance(text, str) and text:
+            responses += 1
+            leading_space += text[:1].isspace()
+    report.missing = [q for q in by_id if q not in seen]
+    report.duplicate = [q for q, n in seen.items() if n > 1]
+    report.unknown = [q for q in seen if q not in by_id]
+    report.stripped = responses >= 20 and leading_space == 0
+    return report
+
+
+def _type_problems(gen: Mapping[str, Any]) -> list[str]:
+    problems = [f"required field {name!r} is absent" for name in REQUIRED if name not in gen]
+    for name, types in FIELD_TYPES.items():
+        value = gen.get(name)
+        if name in gen and (not isinstance(value, types) or isinstance(value, bool)):
+            wanted = " or ".join(t.__name__ for t in types)
+            problems.append(f"field {name!r} is {type(value).__name__}, expected {wanted}")
+    return problems
