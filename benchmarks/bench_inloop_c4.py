@@ -88,7 +88,7 @@ def main() -> None:
           f"= {raw_s / inloop_s:.1%} of raw  bpb {result['bpb']:.4f}  ce {result['ce_loss']:.4f}")
 
     if args.plain_docs:
-        texts = [task_doc for task_doc in _texts(args.data_dir, args.plain_docs)]
+        texts = _texts(args.data_dir, args.plain_docs)
         nll = tokens = nbytes = 0.0
         start = time.perf_counter()
         with torch.no_grad():

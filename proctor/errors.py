@@ -9,5 +9,11 @@ class UserError(Exception):
     """A bad spec, missing data, malformed file or bad option; the message says how to fix it."""
 
 
+def check_positive_int(name: str, value: object) -> None:
+    """A user option that must be a positive integer (a bool is not one here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"{name} must be a positive integer, got {value!r}")
+
+
 class BatchTooLarge(Exception):
     """A backend ran out of memory on a batch; the engine splits the batch and retries."""

@@ -251,9 +251,11 @@ def test_inconsistent_rows_of_a_document_are_refused():
 
 
 def test_metric_moves_with_to_and_refuses_mixed_tasks():
-    metric = ICLMetric("acc").to(torch.device("cpu"))
+    metric = ICLMetric("acc").to(torch.device("cpu"), dtype=torch.float32)
     assert metric.coverage.counts.device.type == "cpu"
+    assert metric.loglikelihoods.dtype == torch.float64  # .to(dtype) never lowers the sums
     metric.update(*hand_batch(range(len(ROWS))))
+    assert metric.loglikelihoods.dtype == torch.float64 and metric.coverage.counts.dtype == torch.int64
     assert metric.compute()["acc"] == pytest.approx(1 / 3)
     batch, logits = hand_batch([0])
     batch["num_items"][:] = 99  # a row of another task

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
 from proctor.data.sources import resolve_data_dir
-from proctor.errors import UserError
+from proctor.errors import UserError, check_positive_int
 
 PathLike = Union[str, Path]
 
@@ -76,11 +76,6 @@ class Document:
     text: str
     native_id: str  # the C4 url, Paloma's id, else the document's index in the split
     source: str     # "c4_en", or the Paloma source name
-
-
-def _check_num_samples(num_samples: int) -> None:
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise UserError(f"num_samples must be a positive integer, got {num_samples!r}")
 
 
 # ---- local files ---------------------------------------------------------------------------
@@ -161,7 +156,7 @@ def read_local_documents(path: PathLike, num_samples: int, *, source: str,
                          id_field: str = "id") -> list[Document]:
     """The first `num_samples` documents of a data file, or of a directory's data files in
     name order (`*.jsonl`, `*.jsonl.gz`, `*.json.gz`, `*.parquet`)."""
-    _check_num_samples(num_samples)
+    check_positive_int("num_samples", num_samples)
     path = Path(path).expanduser()
     if path.is_dir():
         files = _data_files(path)
@@ -190,6 +185,11 @@ def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: in
     where = f"{dataset} ({name}) split {split!r}" if name else f"{dataset} split {split!r}"
     fix = access_hint or ("make the Hugging Face hub reachable, or pass data_dir / set "
                           "PROCTOR_DATA_DIR to a local copy")
+    cache = _prefix_cache(dataset, name, split)
+    cached = _read_prefix(cache, num_samples)
+    if cached is not None:  # read before importing `datasets`: a cached prefix needs no hub
+        return _documents([(f"{cache} row {i}", row) for i, row in enumerate(cached)], id_field, source,
+                          num_samples)
     try:
         import datasets
     except ImportError:
@@ -201,11 +201,6 @@ def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: in
     kwargs = {"split": split, "streaming": True}
     if token is not None:  # else huggingface_hub uses HF_TOKEN or the saved login itself
         kwargs["token"] = token
-    cache = _prefix_cache(dataset, name, split)
-    cached = _read_prefix(cache, num_samples)
-    if cached is not None:
-        return _documents([(f"{cache} row {i}", row) for i, row in enumerate(cached)], id_field, source,
-                          num_samples)
     try:
         stream = datasets.load_dataset(dataset, name, **kwargs)
         rows = [(f"{where} row {i}", row) for i, row in enumerate(itertools.islice(stream, num_samples))]
@@ -271,7 +266,7 @@ def c4_documents(data_dir: Optional[PathLike], num_samples: int = 1000, *,
     `path` (a file or directory of documents) wins; else the local data directory; else
     the hub, streamed.
     """
-    _check_num_samples(num_samples)
+    check_positive_int("num_samples", num_samples)
     if path is not None:
         return read_local_documents(path, num_samples, source="c4_en", id_field="url")
     root = resolve_data_dir(data_dir)
@@ -307,7 +302,7 @@ def paloma_documents(source: str, split: str = "val", num_samples: int = 1000,
                      data_dir: Optional[PathLike] = None, token: Optional[str] = None) -> list[Document]:
     """The first `num_samples` documents of one Paloma source's split ("val" or "test")."""
     check_paloma_source(source, split)
-    _check_num_samples(num_samples)
+    check_positive_int("num_samples", num_samples)
     root = resolve_data_dir(data_dir)
     if root is None:
         return hub_documents(PALOMA_HUB, source, split, num_samples, source=source, id_field="id",

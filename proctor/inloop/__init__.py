@@ -9,19 +9,15 @@ and the same task code as `proctor run`; metrics keep sums and reduce them acros
 `torch.distributed` ranks. Use `DocumentSampler` to split a task across ranks.
 """
 
-from proctor.inloop.batching import collate_items
+# Any task's items: what each task's `collate_fn` does (padding is masked, so the pad id
+# never changes results).
+from proctor.inloop.batching import collate_items as collate_fn
 from proctor.inloop.distributed import DocumentSampler
 from proctor.inloop.icl_metric import ICLMetric
 from proctor.inloop.lm_metric import C4Metric, PalomaMetric
 from proctor.inloop.tasks import (
     LENGTHS, PALOMA_SOURCES, Babilong, C4English, ICLTask, Paloma, Phonebook, build_task, task_names,
 )
-
-
-def collate_fn(items, pad_token_id: int = 0):
-    """Collate items of any in-loop task into a batch (what each task's `collate_fn` does
-    with its tokenizer's pad id; padding is masked, so the id does not change results)."""
-    return collate_items(items, pad_token_id)
 
 
 __all__ = [

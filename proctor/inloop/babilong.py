@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from proctor.errors import UserError
+from proctor.errors import UserError, check_positive_int
 from proctor.inloop.icl import ChoiceDoc, ICLDataset
 
 HUB_DATASET = "RMT-team/babilong"
@@ -119,9 +119,8 @@ class Babilong(ICLDataset):
     def __init__(self, tokenizer: Any, dataset_name: str = "4k", *, model_ctx_len: int = 2048,
                  data_dir: Optional[Union[str, Path]] = None, num_samples: Optional[int] = None):
         self.dataset_name = check_length(dataset_name)
-        if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
-                                        or num_samples < 1):
-            raise UserError(f"num_samples must be a positive integer, got {num_samples!r}")
+        if num_samples is not None:
+            check_positive_int("num_samples", num_samples)
         self.qa_sets = qa_sets(dataset_name)
         docs, self.sources = [], []
         for qa in self.qa_sets:

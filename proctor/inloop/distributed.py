@@ -69,7 +69,7 @@ class DocumentSampler(Sampler[int]):
         return len(self.indices)
 
 
-class Coverage:
+class Coverage(torch.nn.Module):
     """How many times each item of a dataset was scored, summed over ranks at `check`.
 
     Every batch row carries `item_id` (its index in the dataset) and `num_items` (the
@@ -78,8 +78,11 @@ class Coverage:
     the NLL of its document; a repeated one (DistributedSampler padding) double-counts.
     """
 
+    counts: torch.Tensor
+
     def __init__(self, device: Optional[torch.device] = None):
-        self.counts = torch.zeros(0, dtype=torch.int64, device=device)
+        super().__init__()
+        self.register_buffer("counts", torch.zeros(0, dtype=torch.int64, device=device), persistent=False)
 
     def add(self, item_ids: torch.Tensor, num_items: int) -> None:
         if self.counts.numel() < num_items:
@@ -88,10 +91,6 @@ class Coverage:
             self.counts = grown
         ids = item_ids.to(device=self.counts.device, dtype=torch.int64).reshape(-1)
         self.counts.index_add_(0, ids, torch.ones_like(ids))
-
-    def to(self, device) -> "Coverage":
-        self.counts = self.counts.to(device)
-        return self
 
     def reset(self) -> None:
         self.counts = torch.zeros(0, dtype=torch.int64, device=self.counts.device)
@@ -120,3 +119,22 @@ class Coverage:
                 "; ".join(problems) + ": evaluate the whole dataset, each item once (use "
                 "proctor.inloop.DocumentSampler, not DistributedSampler, which pads with repeats)"
             )
+
+
+class SumMetric(torch.nn.Module):
+    """Base of the in-loop metrics: tensor sums plus the `coverage` of the task's items.
+
+    `.to(device)` moves both (Coverage is a submodule); `.to(dtype)` never lowers a
+    floating-point sum below float64.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.coverage = Coverage()
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        for name, buffer in self.named_buffers(recurse=False):
+            if buffer.is_floating_point() and buffer.dtype != torch.float64:
+                setattr(self, name, buffer.to(torch.float64))
+        return self

@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import Dataset
 
 from proctor.engine.tokens import TokenizationPolicy
-from proctor.errors import UserError
+from proctor.errors import UserError, check_positive_int
 from proctor.inloop.batching import collate_items, pad_token_id
 
 METRIC_TYPES = ("acc", "len_norm", "bpb")
@@ -71,8 +71,7 @@ class ICLDataset(Dataset):
 
     def __init__(self, docs: Sequence[ChoiceDoc], tokenizer: Any, *, model_ctx_len: int,
                  metric_type: str, what: str = "task"):
-        if isinstance(model_ctx_len, bool) or not isinstance(model_ctx_len, int) or model_ctx_len < 1:
-            raise UserError(f"model_ctx_len must be a positive integer, got {model_ctx_len!r}")
+        check_positive_int("model_ctx_len", model_ctx_len)
         self.metric_type = check_metric_type(metric_type)
         self.model_ctx_len = model_ctx_len
         self.pad_token_id = pad_token_id(tokenizer)

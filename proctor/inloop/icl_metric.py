@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from typing import Mapping
 
 import torch
-from torch import nn
 
 from proctor.inloop.batching import label_logprob_sums
-from proctor.inloop.distributed import Coverage, all_reduce_max, all_reduce_sum
+from proctor.inloop.distributed import SumMetric, all_reduce_max, all_reduce_sum
 from proctor.inloop.icl import METRIC_TYPES
 from proctor.metrics.choice import argmax
 
@@ -49,7 +48,7 @@ class DocResult:
     ce_loss: float            # gold continuation, nats per character
 
 
-class ICLMetric(nn.Module):
+class ICLMetric(SumMetric):
     """Accuracy, length-normalised accuracy and BPB of an ICL task (see the module doc)."""
 
     def __init__(self, metric_type: str = "acc"):
@@ -59,12 +58,6 @@ class ICLMetric(nn.Module):
         self.metric_type = metric_type
         self.register_buffer("loglikelihoods", torch.zeros(0, dtype=torch.float64), persistent=False)
         self.register_buffer("fields", torch.zeros(0, len(_FIELDS), dtype=torch.int64), persistent=False)
-        self.coverage = Coverage()
-
-    def _apply(self, fn, *args, **kwargs):
-        out = super()._apply(fn, *args, **kwargs)
-        self.coverage.to(self.loglikelihoods.device)
-        return out
 
     def reset(self) -> None:
         device = self.loglikelihoods.device

@@ -15,10 +15,10 @@ from typing import Mapping
 import torch
 
 from proctor.inloop.batching import IGNORE_INDEX, label_logprob_sums
-from proctor.inloop.distributed import Coverage, all_reduce_sum
+from proctor.inloop.distributed import SumMetric, all_reduce_sum
 
 
-class C4Metric(torch.nn.Module):
+class C4Metric(SumMetric):
     """`update(batch, logits)` per batch, then `compute() -> {"ce_loss", "bpb"}`."""
 
     what = "chunks"
@@ -28,13 +28,6 @@ class C4Metric(torch.nn.Module):
         self.register_buffer("nll", torch.zeros((), dtype=torch.float64))
         self.register_buffer("tokens", torch.zeros((), dtype=torch.int64))
         self.register_buffer("bytes", torch.zeros((), dtype=torch.int64))
-        self.coverage = Coverage()
-
-    def _apply(self, fn, recurse=True):  # .to(device) moves the coverage counts too
-        super()._apply(fn, recurse)
-        self.coverage.to(self.nll.device)
-        self.nll = self.nll.to(torch.float64)  # `.to(dtype)` must not lower the sums' precision
-        return self
 
     @torch.no_grad()
     def update(self, batch: Mapping[str, torch.Tensor], logits: torch.Tensor) -> None:

@@ -56,7 +56,7 @@ import string
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from proctor.errors import UserError
+from proctor.errors import UserError, check_positive_int
 from proctor.inloop.babilong import LENGTHS as BABILONG_LENGTHS
 from proctor.inloop.icl import ChoiceDoc, ICLDataset
 
@@ -227,8 +227,7 @@ class Phonebook(ICLDataset):
         budget = token_budget(dataset_name)
         if split not in SPLITS:
             raise UserError(f"unknown Phonebook split {split!r}; use one of {', '.join(SPLITS)}")
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-            raise UserError(f"num_samples must be a positive integer, got {num_samples!r}")
+        check_positive_int("num_samples", num_samples)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise UserError(f"seed must be an integer, got {seed!r}")
         self.dataset_name, self.split, self.seed, self.budget = dataset_name, split, seed, budget

@@ -26,31 +26,21 @@ __all__ = ["Babilong", "C4English", "ICLTask", "LENGTHS", "PALOMA_SOURCES", "Pal
            "build_task", "task_names"]
 
 
-def _paloma(sources: list[str]) -> Callable[..., Dataset]:
+def _preset(cls: type, **fixed: Any) -> Callable[..., Dataset]:
+    """`cls` with some constructor arguments fixed; its signature lists the others."""
     def build(tokenizer: Any, **options: Any) -> Dataset:
-        return Paloma(tokenizer, dataset_name=list(sources), **options)
-    build.__signature__ = _options_of(Paloma, drop=("dataset_name",))  # type: ignore[attr-defined]
+        return cls(tokenizer, **fixed, **options)
+    params = [p for name, p in inspect.signature(cls).parameters.items() if name not in fixed]
+    build.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return build
-
-
-def _length(cls: type, length: str) -> Callable[..., Dataset]:
-    def build(tokenizer: Any, **options: Any) -> Dataset:
-        return cls(tokenizer, dataset_name=length, **options)
-    build.__signature__ = _options_of(cls, drop=("dataset_name",))  # type: ignore[attr-defined]
-    return build
-
-
-def _options_of(cls: type, drop: tuple[str, ...] = ()) -> inspect.Signature:
-    params = [p for name, p in inspect.signature(cls).parameters.items() if name not in drop]
-    return inspect.Signature(params)
 
 
 TASKS: dict[str, Callable[..., Dataset]] = {
     "c4_en": C4English,
-    "paloma_bpb": _paloma(list(PALOMA_SOURCES)),
-    **{f"paloma_{source}_bpb": _paloma([source]) for source in PALOMA_SOURCES},
-    **{name: _length(Babilong, length) for name, length in babilong.TASKS.items()},
-    **{name: _length(Phonebook, length) for name, length in phonebook.TASKS.items()},
+    "paloma_bpb": _preset(Paloma, dataset_name=list(PALOMA_SOURCES)),
+    **{f"paloma_{source}_bpb": _preset(Paloma, dataset_name=[source]) for source in PALOMA_SOURCES},
+    **{name: _preset(Babilong, dataset_name=length) for name, length in babilong.TASKS.items()},
+    **{name: _preset(Phonebook, dataset_name=length) for name, length in phonebook.TASKS.items()},
 }
 
 

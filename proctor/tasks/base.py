@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple, Optional
 
-from proctor.errors import UserError
+from proctor.errors import check_positive_int
 from proctor.requests import Loglikelihood
 
 
@@ -88,8 +88,8 @@ def assign_query_ids(task_name: str, native_ids: list) -> tuple[list[str], int]:
 
 def check_limit(limit: Optional[int]) -> None:
     """`--limit` is None or a positive int (bool is not an int here)."""
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise UserError(f"--limit must be a positive integer, got {limit!r}")
+    if limit is not None:
+        check_positive_int("--limit", limit)
 
 
 class NumberedDoc(NamedTuple):
