@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
     verify.add_argument("--data-dir")
+
+    from proctor.factual.cli import add_parser as add_factual
+
+    add_factual(sub, _positive_int)
     return parser
 
 
@@ -221,7 +225,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
-COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify": cmd_verify}
+def cmd_factual(args: argparse.Namespace) -> int:
+    from proctor.factual.cli import run_command
+
+    return run_command(args)
+
+
+COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify": cmd_verify,
+            "factual": cmd_factual}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -17,3 +17,15 @@ def data_dir() -> Path:
     if not (path / "mmlu").is_dir():
         pytest.fail(f"real test data not found at {path}; set PROCTOR_TEST_DATA")
     return path
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch on one thread for the module: with tiny matrices more threads only add
+    synchronisation, and they spin on a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

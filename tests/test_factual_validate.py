@@ -78,3 +78,15 @@ def test_a_stripped_file_is_caught():
     assert report.stripped and not report.ok
     assert report.lines() == ["stripped responses: no raw_response starts with whitespace; write the raw "
                               "continuation (not stripped, lowercased or truncated)"]
+
+
+def test_responses_cut_before_the_protocols_24_tokens_are_caught():
+    rows = bank()
+    full = [dict(generation(r, " Paris\nExplanation: the capital"), finish_reason="length", generated_tokens=24)
+            for r in rows]
+    assert validate_generations(rows, full).ok
+    short = [dict(g, generated_tokens=16) if i < 2 else g for i, g in enumerate(full)]
+    report = validate_generations(rows, short)
+    assert report.cut_short == ["query_00000000", "query_00000001"] and not report.ok
+    assert report.lines() == ["cut short: 2 responses that hit the length limit before 24 new tokens (protocol "
+                              "mismatch: max_new_tokens=24): query_00000000, query_00000001"]

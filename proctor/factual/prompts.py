@@ -34,3 +34,9 @@ class Decoding:
 
 
 DECODING = Decoding()
+
+
+def condition_of(row: Mapping) -> str:
+    """The condition a query belongs to for ISS/KTS: its family, per language for crosslingual."""
+    family = row["condition_family"]
+    return f"crosslingual:{row['language']}" if family == "crosslingual" else family

@@ -7,11 +7,14 @@ problem is listed, and `ValidationReport.ok` is False when any was found.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from proctor.factual.prompts import build_prompt
+from proctor.errors import UserError
+from proctor.factual.prompts import DECODING, build_prompt
 
 #: field -> the types it may hold (required fields first)
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -28,6 +31,34 @@ REQUIRED = ("query_id", "raw_response")
 _SHOWN = 5  # ids quoted per problem in the summary
 
 
+@dataclass(frozen=True)
+class InvalidLine:
+    """A line of a JSONL file that is not valid JSON (validation reports it by line number)."""
+
+    error: str
+
+
+def read_jsonl(path: Path) -> Iterator[Any]:
+    """Each line's JSON value, or an `InvalidLine` (so line numbers stay true)."""
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror or e}") from None
+    with handle:
+        try:
+            lines = handle.readlines()
+        except UnicodeDecodeError:
+            raise UserError(f"{path} is not UTF-8 text; expected one JSON object per line") from None
+    for text in lines:
+        if not text.strip():
+            yield InvalidLine("empty line")
+            continue
+        try:
+            yield json.loads(text)
+        except json.JSONDecodeError as e:
+            yield InvalidLine(e.msg)
+
+
 @dataclass
 class ValidationReport:
     """What is wrong with a generations file, per kind of problem (ids or line numbers)."""
@@ -39,12 +70,13 @@ class ValidationReport:
     bad_types: list[str] = field(default_factory=list)      # "line N: field ... "
     prompt_mismatch: list[str] = field(default_factory=list)  # prompt differs from build_prompt
     family_mismatch: list[str] = field(default_factory=list)  # fact_id/condition_family differ
+    cut_short: list[str] = field(default_factory=list)      # finish_reason "length" before 24 tokens
     stripped: bool = False                                   # every response looks stripped
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.duplicate or self.unknown or self.bad_types
-                    or self.prompt_mismatch or self.family_mismatch or self.stripped)
+                    or self.prompt_mismatch or self.family_mismatch or self.cut_short or self.stripped)
 
     def lines(self) -> list[str]:
         """One line per problem, with counts and the first few ids."""
@@ -57,6 +89,9 @@ class ValidationReport:
             ("prompt mismatch", self.prompt_mismatch,
              "prompts that differ from the bank's template (protocol mismatch: see build_prompt)"),
             ("bank mismatch", self.family_mismatch, "fact_id/condition_family that differ from the bank"),
+            ("cut short", self.cut_short,
+             f"responses that hit the length limit before {DECODING.max_new_tokens} new tokens "
+             f"(protocol mismatch: max_new_tokens={DECODING.max_new_tokens})"),
         ]:
             if items:
                 shown = ", ".join(items[:_SHOWN]) + (", ..." if len(items) > _SHOWN else "")
@@ -77,6 +112,9 @@ def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterabl
     responses = 0
     for line, gen in enumerate(generations, start=1):
         report.rows += 1
+        if isinstance(gen, InvalidLine):
+            report.bad_types.append(f"line {line}: not valid JSON ({gen.error})")
+            continue
         if not isinstance(gen, Mapping):
             report.bad_types.append(f"line {line}: not a JSON object")
             continue
@@ -97,6 +135,9 @@ def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterabl
         if isinstance(text, str) and text:
             responses += 1
             leading_space += text[:1].isspace()
+        tokens = gen.get("generated_tokens")
+        if gen.get("finish_reason") == "length" and isinstance(tokens, int) and tokens < DECODING.max_new_tokens:
+            report.cut_short.append(qid)
     report.missing = [q for q in by_id if q not in seen]
     report.duplicate = [q for q, n in seen.items() if n > 1]
     report.unknown = [q for q in seen if q not in by_id]
