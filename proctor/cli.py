@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import asdict
@@ -40,6 +41,16 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {value}")
+    return value
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
     return value
 
 
@@ -86,6 +97,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run generated code (HumanEval) even where the sandbox cannot cut off the network",
     )
+    run.add_argument("--backend", default="hf", choices=["hf", "llamacpp", "openai", "vllm"],
+                     help="transformers (default), llama.cpp (GGUF on CPU), an OpenAI-compatible server, or vLLM")
+    run.add_argument("--base-url", help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1")
+    run.add_argument("--tokenizer", help="openai: the served model's tokenizer (dir, .gguf, hub id or alias)")
+    run.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight (default 8)")
+    run.add_argument("--openai-scoring", default="auto", choices=["auto", "echo", "forced"],
+                     help="openai: prompt log-probs by echo, or by forcing each token (llama.cpp's server); "
+                          "auto probes the server")
+    run.add_argument("--openai-extra", type=_json_object,
+                     help='openai: extra request fields as JSON, e.g. \'{"repeat_penalty": 1.0, "top_k": 0}\'')
+    run.add_argument("--threads", type=_positive_int, help="llamacpp: CPU threads (default: all cores)")
+    run.add_argument("--vllm-for-mc", action="store_true",
+                     help="vllm: read answer letters from one generated position (OLMES fast path; -999 "
+                          "outside the top 20); recorded in metrics.json")
+    run.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="vllm: GPUs per model")
+    run.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -102,6 +129,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
     verify.add_argument("--data-dir")
 
+    compare = sub.add_parser("compare", help="per-item agreement of two run directories (e.g. two backends)")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--json", help="also write the agreement as JSON to this file")
+
     from proctor.factual.cli import add_parser as add_factual
 
     add_factual(sub, _positive_int)
@@ -109,17 +141,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from proctor.backends.hf import load_backend
+    from proctor.backends.select import BackendOptions, backend_record, open_backend
     from proctor.backends.models import cache_root
     from proctor.engine import Engine, ResultCache
+    from proctor.engine.distributed import DistributedContext
     from proctor.engine.gen_plan import DEFAULT_SEED
-    from proctor.evaluate import evaluate, plan, primary_scores
+    from proctor.evaluate import evaluate, plan, primary_scores, requests_of
     from proctor.evaluate_generation import prepare_code_execution
     from proctor.outputs.atomic import staged_directory
     from proctor.outputs.provenance import code_git_state, library_versions
     from proctor.outputs.run_dir import write_run
     from proctor.report import print_results
 
+    ranks = DistributedContext.from_env()  # torchrun's RANK/WORLD_SIZE; one rank without it
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
     specs = _specs(args.tasks)
@@ -130,19 +164,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     data_seconds = time.perf_counter() - t0
     seed = DEFAULT_SEED if args.seed is None else args.seed
 
-    backend = load_backend(args.model, device=args.device, dtype=args.dtype, max_length=args.max_length)
+    ranks.start()
+    backend_options = BackendOptions(
+        backend=args.backend, model=args.model, max_length=args.max_length,
+        device=ranks.device(args.device) if args.backend == "hf" else args.device,
+        dtype=args.dtype, seed=seed, base_url=args.base_url, tokenizer=args.tokenizer,
+        concurrency=args.concurrency, openai_scoring=args.openai_scoring, openai_extra=args.openai_extra,
+        threads=args.threads, vllm_for_mc=args.vllm_for_mc,
+        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization)
+    backend = ranks.in_turn(lambda: open_backend(backend_options))
     load_seconds = time.perf_counter() - t0 - data_seconds
     engine = Engine(
         backend,
         batch_size=args.batch_size,
         cache=ResultCache(cache_root() / "results.sqlite"),
-        progress=not args.no_progress,
+        progress=not args.no_progress and ranks.is_main,
         deterministic=args.deterministic,
         seed=seed,
+        distributed=ranks,
     )
+    if not ranks.is_main:  # the engine calls `evaluate` makes on rank 0, which scores and writes
+        scored, generated = requests_of(evaluation)
+        engine.run(scored)
+        engine.generate(generated)
+        engine.total_stats()
+        ranks.stop()
+        return 0
     t_eval = time.perf_counter()
     evaluate(evaluation, engine)
     eval_seconds = time.perf_counter() - t_eval
+    stats = engine.total_stats()  # every rank's work
+    ranks.stop()
     scores = primary_scores(evaluation)
     runs = list(evaluation.tasks.values())
     warnings = [w for run in runs for w in run.warnings]
@@ -150,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         "primary_scores": scores,
         "tasks": {run.config.name: run.summary() for run in runs},
         "model_config": {
+            **backend_record(backend, backend_options),
             "model": args.model,
             "fingerprint": backend.fingerprint,
             "dtype": str(backend.dtype).removeprefix("torch."),
@@ -159,7 +212,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "deterministic": args.deterministic,
             "seed": seed,
         },
-        "run_config": {"tasks": specs, "limit": args.limit, "data_dir": str(data_dir) if data_dir else None},
+        "run_config": {"tasks": specs, "limit": args.limit, "data_dir": str(data_dir) if data_dir else None,
+                       "world_size": ranks.world_size},
         "versions": library_versions(),
         "git": code_git_state(),
         "command": ["proctor", *sys.argv[1:]],
@@ -173,14 +227,14 @@ def cmd_run(args: argparse.Namespace) -> int:
             "evaluation_seconds": eval_seconds,
             # from the command's start to the first scored batch stored (None: all cached)
             "time_to_first_batch_seconds": None
-            if engine.stats.first_batch_seconds is None
-            else t_eval - t0 + engine.stats.first_batch_seconds,
+            if stats.first_batch_seconds is None
+            else t_eval - t0 + stats.first_batch_seconds,
         },
         "engine": {
-            **asdict(engine.stats),
-            "tokens_per_second": engine.stats.tokens_run / eval_seconds if eval_seconds else None,
-            "generated_tokens_per_second": engine.stats.gen_tokens / engine.stats.gen_seconds
-            if engine.stats.gen_seconds and engine.stats.gen_tokens else None,
+            **asdict(stats),
+            "tokens_per_second": stats.tokens_run / eval_seconds if eval_seconds else None,
+            "generated_tokens_per_second": stats.gen_tokens / stats.gen_seconds
+            if stats.gen_seconds and stats.gen_tokens else None,
         },
     }
     with staged_directory(output) as stage:
@@ -225,6 +279,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from proctor.compare import compare_runs
+    from proctor.outputs.atomic import atomic_write_text
+    from proctor.report import print_agreement
+
+    agreement = compare_runs(Path(args.run_a), Path(args.run_b))
+    print_agreement(agreement, args.run_a, args.run_b)
+    if args.json:
+        atomic_write_text(Path(args.json), json.dumps([a.to_dict() for a in agreement], indent=2) + "\n")
+    return 0
+
+
 def cmd_factual(args: argparse.Namespace) -> int:
     from proctor.factual.cli import run_command
 
@@ -232,7 +298,7 @@ def cmd_factual(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify": cmd_verify,
-            "factual": cmd_factual}
+            "compare": cmd_compare, "factual": cmd_factual}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

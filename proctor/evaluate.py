@@ -147,16 +147,20 @@ def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None
     run.metrics = aggregate_docs(doc_metrics, DOC_METRICS)
 
 
-def evaluate(evaluation: Plan, engine: Engine) -> None:
-    """Run every request of the plan through the engine once, then score each task."""
+def requests_of(evaluation: Plan) -> tuple[list, list]:
+    """Every request of the plan, split into scored (loglikelihood, rolling) and generated ones."""
     requests = [
         req
         for run in evaluation.tasks.values()
         for inst in run.instances
         for req in (*inst.requests, *inst.uncond_requests)
     ]
-    scored = [r for r in requests if not isinstance(r, Generate)]
-    generated = [r for r in requests if isinstance(r, Generate)]
+    return [r for r in requests if not isinstance(r, Generate)], [r for r in requests if isinstance(r, Generate)]
+
+
+def evaluate(evaluation: Plan, engine: Engine) -> None:
+    """Run every request of the plan through the engine once, then score each task."""
+    scored, generated = requests_of(evaluation)
     started = time.perf_counter()
     by_key: dict = dict(zip((r.key for r in scored), engine.run(scored)))
     scored_seconds = time.perf_counter() - started

@@ -9,6 +9,11 @@ from rich.console import Console
 from rich.table import Table
 
 
+def wide_console() -> Console:
+    """At least 120 columns, so tables do not fold when written to a file or a pipe."""
+    return Console(width=max(Console().width, 120))
+
+
 def _fmt(value: float) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
@@ -70,3 +75,21 @@ def print_task_table(rows: Iterable, console: Console | None = None) -> None:
         shots = str(row.shots) if row.shots >= 0 else "mixed"
         table.add_row(row.spec, row.kind, row.split, shots, row.primary_metric, str(row.items))
     console.print(table)
+
+
+def print_agreement(agreement: Sequence, run_a: str, run_b: str, console: Console | None = None) -> None:
+    """Per task: identical predictions, max |Δ sum_logits|, both primary scores and the paired test."""
+    console = console or wide_console()
+    console.print(f"A = {run_a}\nB = {run_b}", soft_wrap=True)
+    table = Table(title="Per-item agreement", title_justify="left")
+    for column in ("task", "n", "same", "max |Δ|", "metric", "A", "B", "A>B", "B>A", "p"):
+        table.add_column(column, justify="left" if column in ("task", "metric") else "right", no_wrap=True)
+    for a in agreement:
+        delta = "—" if a.max_abs_delta_sum_logits is None else f"{a.max_abs_delta_sum_logits:.1e}"
+        table.add_row(a.task, str(a.n), f"{a.identical / a.n:.1%}", delta, a.metric, _fmt(a.score_a),
+                      _fmt(a.score_b), str(a.a_only_correct), str(a.b_only_correct),
+                      "—" if a.p_value is None else f"{a.p_value:.3g}")
+    console.print(table)
+    console.print("same: identical predictions; max |Δ|: largest |Δ sum_logits| over all choices; "
+                  "A>B / B>A: items right in one run only; p: exact McNemar (0/1 metrics) or paired t-test",
+                  soft_wrap=True)

@@ -33,18 +33,22 @@ class LoadedModel:
 def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:
     """Load weights in `dtype` onto `device`; any loading failure is a one-line UserError."""
     _quiet_transformers()
-    if source.kind == "gguf":
-        sha = file_sha256(Path(source.location))
-        directory = converted_gguf_dir(Path(source.location), sha)
-        identity = f"gguf:{sha}"
-    elif source.kind == "dir":
-        directory = Path(source.location)
-        identity = f"dir:{directory_identity(directory)}"
-    else:
-        directory = _hub_snapshot(source.location)
-        identity = f"hub:{source.location}:{directory_identity(directory)}"
+    directory, identity = model_directory(source)
     model, tokenizer = _from_pretrained(directory, dtype=dtype, device=device, shown=source.location)
     return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
+
+
+def model_directory(source: ModelSource) -> tuple[Path, str]:
+    """A transformers directory holding the model (a GGUF converted once), and its identity:
+    weights + tokenizer, independent of where they lie."""
+    if source.kind == "gguf":
+        sha = file_sha256(Path(source.location))
+        return converted_gguf_dir(Path(source.location), sha), f"gguf:{sha}"
+    if source.kind == "dir":
+        directory = Path(source.location)
+        return directory, f"dir:{directory_identity(directory)}"
+    directory = _hub_snapshot(source.location)
+    return directory, f"hub:{source.location}:{directory_identity(directory)}"
 
 
 def _from_pretrained(directory: Path, *, dtype: Any, device: Any, shown: str) -> tuple[Any, Any]:

@@ -2,15 +2,19 @@
 
 Rolling (whole-document) requests are expanded into their chunks (proctor.engine.rolling),
 which are planned and scored with the loglikelihood windows and summed per request.
+
+Under torchrun (`distributed`, see proctor.engine.distributed) every rank plans the same
+batches, runs its share of those not yet done and ends with every result.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Optional, Sequence, Union
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Container, Iterable, Optional, Sequence, Union
 
 from proctor.engine.cache import ResultCache
+from proctor.engine.distributed import SINGLE, DistributedContext, Pool
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
 from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
@@ -32,7 +36,7 @@ class EngineStats:
 
     requests: int = 0          # as given, duplicates included
     unique: int = 0            # after dedupe on request key
-    cached: int = 0            # unique requests answered by the cache
+    cached: int = 0            # unique requests answered by the cache (any rank's)
     rolling_chunks: int = 0    # chunks of the rolling requests in the full plan
     rows: int = 0              # model rows in the full plan
     batches: int = 0           # batches in the full plan
@@ -56,6 +60,11 @@ class EngineStats:
     gen_first_batch_seconds: Optional[float] = None  # from `generate` to the first batch done
 
 
+# What each rank did on its own; `Engine.total_stats` adds them up over the ranks.
+WORK_COUNTERS = ("batches_run", "tokens_run", "tokens_total", "prefixes_run", "oom_splits",
+                 "gen_batches_run", "gen_samples", "gen_tokens", "gen_prompt_tokens")
+
+
 def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
     if batch_size == "auto":
         return BatchLimits(max_tokens=backend.token_budget())
@@ -66,7 +75,9 @@ def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
 
 class Engine:
     """Runs loglikelihood (`run`) and generation (`generate`) requests on a backend; results
-    are aligned with the input. `seed` is the run seed every sample's own seed derives from."""
+    are aligned with the input. `seed` is the run seed every sample's own seed derives from.
+    With a `distributed` context of N ranks, every rank makes the same calls and gets all
+    results; each runs about 1/N of the batches."""
 
     def __init__(
         self,
@@ -77,10 +88,14 @@ class Engine:
         progress: bool = True,
         deterministic: bool = False,
         seed: int = DEFAULT_SEED,
+        distributed: DistributedContext = SINGLE,
     ):
         self.backend = backend
         self.seed = seed
+        self.distributed = distributed
         self.limits = batch_limits(batch_size, backend)
+        if self.limits.max_tokens is not None:  # a measured budget: every rank must plan alike
+            self.limits = BatchLimits(max_tokens=distributed.min(self.limits.max_tokens))
         # Batch-invariant mode: every row runs alone, unpadded, so its arithmetic is the
         # same whatever the batch size or request order (prefix groups depend on the
         # token content only). Costs the speed of batching.
@@ -127,51 +142,85 @@ class Engine:
         plain, rolling = _split(unique.values())
         fingerprint = self.fingerprint
         rolling_fp = rolling_fingerprint(fingerprint)
-        done: dict[str, LoglikelihoodResult] = {}
+        held: dict[str, LoglikelihoodResult] = {}
         if self.cache is not None:
-            done.update(self.cache.get_many(fingerprint, plain))
-            done.update(self.cache.get_many(rolling_fp, rolling))
-        self.stats = EngineStats(requests=len(requests), unique=len(unique), cached=len(done))
+            held.update(self.cache.get_many(fingerprint, plain))
+            held.update(self.cache.get_many(rolling_fp, rolling))
+        pool = Pool.of(self.distributed, list(unique), held)
+        self.stats = EngineStats(requests=len(requests), unique=len(unique), cached=len(pool.known))
         progress = Progress(len(unique), enabled=self.progress)
+        completed: dict[str, LoglikelihoodResult] = {}
         try:
-            progress.advance(len(done))
-            if len(done) < len(unique):
-                # plan on the FULL request set so a resumed run cuts the same batches
-                work = RollingWork.expand(self.policy, rolling)
-                batches = self._plan(plain, work)
-                self.stats.plan_seconds = time.perf_counter() - started
-                self.stats.rolling_chunks = len(work.windows)
-                self.stats.rows = sum(len(b.rows) for b in batches)
-                self.stats.batches = len(batches)
-                unfinished = [k for k in rolling if k not in done]
-                stored = self._cached_chunks(rolling_fp, [c for k in unfinished for c in work.chunks[k]])
-                tally = RollingTally(work, unfinished, stored)
-                pending = {k for k in plain if k not in done} | tally.pending
-                finished = tally.complete()  # every chunk stored already, or an empty text
-                self._store(rolling_fp, finished)
-                done.update(finished)
-                progress.advance(len(finished))
-                for batch in batches:
-                    if not any(k in pending for k in batch.keys):
-                        continue
-                    fresh = self._score(batch)
-                    new_plain = {k: r for k, r in fresh.items() if k in pending and k in plain}
-                    new_chunks = {k: r for k, r in fresh.items() if k in pending and k not in plain}
-                    pending.difference_update(fresh)
-                    completed = tally.add(new_chunks)
-                    self._store(fingerprint, new_plain)
-                    self._store(rolling_fp, {**new_chunks, **completed})  # one transaction
-                    done.update(new_plain)
-                    done.update(completed)
-                    if self.stats.first_batch_seconds is None:
-                        self.stats.first_batch_seconds = time.perf_counter() - started
-                    progress.advance(len(new_plain) + len(completed), batch.real_tokens)
+            progress.advance(len(pool.known))
+            if len(pool.known) < len(unique):
+                completed = self._compute(plain, rolling, pool, progress, started)
+            advanced = len(pool.known)  # what this rank held or computed
+            results = pool.merge(lambda received: self._store_received(received, plain))
+            results.update(completed)
+            progress.advance(len(unique) - advanced)
         finally:
             progress.close()
-        return [done[r.key] for r in requests]
+        return [results[r.key] for r in requests]
+
+    def _compute(self, plain: dict[str, Loglikelihood], rolling: dict[str, RollingLoglikelihood],
+                 pool: Pool, progress: Progress, started: float) -> dict[str, LoglikelihoodResult]:
+        """Score this rank's share of what no rank holds, storing batch by batch, into `pool`.
+
+        Returns the rolling requests that the chunks scored by other ranks complete (every
+        rank finds the same, so they are not exchanged).
+        """
+        fingerprint = self.fingerprint
+        rolling_fp = rolling_fingerprint(fingerprint)
+        # plan on the FULL request set so a resumed run cuts the same batches
+        work = RollingWork.expand(self.policy, rolling)
+        batches = self._plan(plain, work)
+        self.stats.plan_seconds = time.perf_counter() - started
+        self.stats.rolling_chunks = len(work.windows)
+        self.stats.rows = sum(len(b.rows) for b in batches)
+        self.stats.batches = len(batches)
+        unfinished = [k for k in rolling if k not in pool.known]
+        chunk_keys = [c for k in unfinished for c in work.chunks[k]]
+        stored = self._cached_chunks(rolling_fp, chunk_keys)
+        chunks = Pool.of(self.distributed, chunk_keys, stored)
+        tally = RollingTally(work, unfinished, stored)
+        finished = tally.complete()  # every chunk stored already, or an empty text
+        self._store(rolling_fp, finished)
+        pool.add(finished)
+        progress.advance(len(finished))
+        pending = {k for k in plain if k not in pool.known} | {k for k in chunk_keys if k not in chunks.known}
+        for batch in self.distributed.mine([b for b in batches if any(k in pending for k in b.keys)]):
+            fresh = self._score(batch)
+            new_plain = {k: r for k, r in fresh.items() if k in pending and k in plain}
+            new_chunks = {k: r for k, r in fresh.items() if k in pending and k not in plain}
+            pending.difference_update(fresh)
+            completed = tally.add(new_chunks)
+            self._store(fingerprint, new_plain)
+            self._store(rolling_fp, {**new_chunks, **completed})  # one transaction
+            pool.add({**new_plain, **completed})
+            chunks.add(new_chunks)
+            if self.stats.first_batch_seconds is None:
+                self.stats.first_batch_seconds = time.perf_counter() - started
+            progress.advance(len(new_plain) + len(completed), batch.real_tokens)
+        # the chunks other ranks scored complete the rest of the rolling requests
+        received = {k: r for k, r in chunks.merge(lambda r: self._store(rolling_fp, r)).items()
+                    if k not in tally.results}
+        completed = tally.add(received)
+        if self.distributed.stores_received:
+            self._store(rolling_fp, completed)
+        return completed
 
     def _cached_chunks(self, fingerprint: str, keys: list[str]) -> dict[str, LoglikelihoodResult]:
         return self.cache.get_many(fingerprint, keys) if self.cache is not None and keys else {}
+
+    def _store_received(self, results: dict[str, LoglikelihoodResult], plain: Container[str]) -> None:
+        """Store results other ranks computed, plain and rolling ones under their fingerprints."""
+        self._store(self.fingerprint, {k: r for k, r in results.items() if k in plain})
+        self._store(rolling_fingerprint(self.fingerprint), {k: r for k, r in results.items() if k not in plain})
+
+    def total_stats(self) -> EngineStats:
+        """`stats` with the work counters summed over the ranks (every rank must call it)."""
+        totals = self.distributed.sum({name: getattr(self.stats, name) for name in WORK_COUNTERS})
+        return replace(self.stats, **totals)
 
     def _store(self, fingerprint: str, results: dict[str, LoglikelihoodResult]) -> None:
         if self.cache is not None and results:

@@ -7,6 +7,11 @@ samples are done (the backend reports each as it finishes, so a long batch kille
 midway keeps the requests it completed); a request with some samples done is redone
 whole. Sampled requests are cached under the run seed, greedy ones are not (their text
 does not depend on it).
+
+Under torchrun each rank runs a share of the batches still to do (see
+proctor.engine.distributed); batches that share a request (its samples cut into rows in
+consecutive batches) go to one rank together, so a request is always finished where it
+started.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Sequence
 
+from proctor.engine.distributed import Pool
 from proctor.engine.gen_plan import (
     GenBatch, GenLimits, PlannedGen, check_request, plan_generation, samples_needed,
 )
@@ -38,7 +44,8 @@ def generation_limits(engine: "Engine") -> GenLimits:
         return GenLimits(max_samples=1)
     if engine.limits.max_rows is not None:
         return GenLimits(max_samples=engine.limits.max_rows)
-    return GenLimits(max_samples=MAX_AUTO_SAMPLES, max_tokens=GEN_BUDGET_FACTOR * engine.backend.token_budget())
+    # the engine's token budget (the backend's, agreed by all ranks)
+    return GenLimits(max_samples=MAX_AUTO_SAMPLES, max_tokens=GEN_BUDGET_FACTOR * engine.limits.max_tokens)
 
 
 def request_fingerprint(engine: "Engine", request: Generate) -> str:
@@ -54,35 +61,59 @@ def run_generation(engine: "Engine", requests: Sequence[Generate]) -> list[Gener
     for request in unique.values():
         check_request(request)
     fingerprints = {k: request_fingerprint(engine, r) for k, r in unique.items()}
-    done: dict[str, GenerateResult] = {}
+    held: dict[str, GenerateResult] = {}
     if engine.cache is not None:
         for fp in set(fingerprints.values()):
             keys = [k for k, f in fingerprints.items() if f == fp]
-            done.update(engine.cache.get_generations(fp, keys))
-    stats.gen_requests, stats.gen_unique, stats.gen_cached = len(requests), len(unique), len(done)
+            held.update(engine.cache.get_generations(fp, keys))
+    pool = Pool.of(engine.distributed, list(unique), held)
+    stats.gen_requests, stats.gen_unique, stats.gen_cached = len(requests), len(unique), len(pool.known)
     progress = Progress(len(unique), enabled=engine.progress, description="generate")
-    progress.advance(len(done))
+    progress.advance(len(pool.known))
     try:
-        if len(done) < len(unique):
+        if len(pool.known) < len(unique):
             keys = list(unique)
             contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
             batches = plan_generation([(k, unique[k], c) for k, c in zip(keys, contexts)],
                                       generation_limits(engine), engine.seed)
             stats.gen_batches = len(batches)
-            runner = _Runner(engine, unique, fingerprints, done, progress)
-            for batch in batches:
-                if all(k in done for k in batch.keys):
-                    continue
-                runner.run(batch)
-                stats.gen_batches_run += 1
-                if stats.gen_first_batch_seconds is None:
-                    stats.gen_first_batch_seconds = time.perf_counter() - started
-                if stats.first_batch_seconds is None:
-                    stats.first_batch_seconds = time.perf_counter() - engine.started_at(started)
+            runner = _Runner(engine, unique, fingerprints, pool, progress)
+            pending = [u for u in _units(batches) if any(k not in pool.known for b in u for k in b.keys)]
+            for unit in engine.distributed.mine(pending):
+                for batch in unit:
+                    if all(k in pool.known for k in batch.keys):
+                        continue
+                    runner.run(batch)
+                    stats.gen_batches_run += 1
+                    if stats.gen_first_batch_seconds is None:
+                        stats.gen_first_batch_seconds = time.perf_counter() - started
+                    if stats.first_batch_seconds is None:
+                        stats.first_batch_seconds = time.perf_counter() - engine.started_at(started)
+        advanced = len(pool.known)  # what this rank held or generated
+        results = pool.merge(lambda received: _store(engine, fingerprints, received))
+        progress.advance(len(unique) - advanced)
     finally:
         progress.close()
         stats.gen_seconds += time.perf_counter() - started
-    return [done[r.key] for r in requests]
+    return [results[r.key] for r in requests]
+
+
+def _units(batches: list[GenBatch]) -> list[list[GenBatch]]:
+    """Consecutive batches joined where one request's rows run on into the next batch."""
+    units: list[list[GenBatch]] = []
+    for batch in batches:
+        if units and batch.rows[0].key == units[-1][-1].rows[-1].key:
+            units[-1].append(batch)
+        else:
+            units.append([batch])
+    return units
+
+
+def _store(engine: "Engine", fingerprints: dict[str, str], results: dict[str, GenerateResult]) -> None:
+    """Store generations other ranks made, each under its request's fingerprint."""
+    if engine.cache is not None:
+        for fp in set(fingerprints[k] for k in results):
+            engine.cache.put_generations(fp, {k: r for k, r in results.items() if fingerprints[k] == fp})
 
 
 class _Runner:
@@ -90,13 +121,13 @@ class _Runner:
     and stores a request once it is whole."""
 
     def __init__(self, engine: "Engine", unique: dict[str, Generate], fingerprints: dict[str, str],
-                 done: dict[str, GenerateResult], progress: Progress):
+                 pool: Pool, progress: Progress):
         self.engine, self.unique, self.fingerprints = engine, unique, fingerprints
-        self.done, self.progress = done, progress
+        self.pool, self.progress = pool, progress
         self.parts: dict[str, dict[int, Generation]] = {}
 
     def run(self, batch: GenBatch) -> None:
-        rows = [r for r in batch.rows if r.key not in self.done]
+        rows = [r for r in batch.rows if r.key not in self.pool.known]
         self.engine.stats.gen_prompt_tokens += sum(len(r.row.tokens) for r in rows)
         self._generate(rows)
 
@@ -130,7 +161,7 @@ class _Runner:
     def _store_if_whole(self, key: str) -> None:
         request = self.unique[key]
         part = self.parts[key]
-        if len(part) < samples_needed(request) or key in self.done:
+        if len(part) < samples_needed(request) or key in self.pool.known:
             return
         samples = tuple(part[i] for i in range(samples_needed(request)))
         if not request.do_sample:  # every repeat of a greedy request is the same text
@@ -138,7 +169,7 @@ class _Runner:
         result = GenerateResult(samples)
         if self.engine.cache is not None:
             self.engine.cache.put_generations(self.fingerprints[key], {key: result})
-        self.done[key] = result
+        self.pool.add({key: result})
         self.progress.advance(1)
 
 

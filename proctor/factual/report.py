@@ -8,10 +8,7 @@ from typing import Mapping, Optional
 from rich.console import Console
 from rich.table import Table
 
-
-def _console() -> Console:
-    """At least 120 columns, so the tables do not fold when written to a file or a pipe."""
-    return Console(width=max(Console().width, 120))
+from proctor.report import wide_console
 
 
 def _fmt(value: Optional[float], digits: int = 3) -> str:
@@ -22,7 +19,7 @@ def _fmt(value: Optional[float], digits: int = 3) -> str:
 
 def print_summary(summary: Mapping, console: Optional[Console] = None) -> None:
     """Accuracy, abstain rate, accuracy given attempted and the PopQA rule, per condition."""
-    console = console or _console()
+    console = console or wide_console()
     table = Table(title=f"Factual recall: {summary.get('model', '')}", title_justify="left")
     for column in ("condition", "n", "accuracy", "abstain", "acc | attempted", "ambiguous", "PopQA rule"):
         table.add_column(column, justify="left" if column == "condition" else "right")
@@ -36,7 +33,7 @@ def print_summary(summary: Mapping, console: Optional[Console] = None) -> None:
 
 def print_metrics(result: Mapping, console: Optional[Console] = None) -> None:
     """ISS (with its CI and ISS-rank) and KTS (with A0, A0→c, Ac) per condition; why a KTS is undefined."""
-    console = console or _console()
+    console = console or wide_console()
     table = Table(title=f"ISS and KTS: {result.get('model', '')}", title_justify="left")
     for column in ("condition", "facts", "ISS", "95% CI", "ISS-rank", "KTS", "A0", "A0→c", "Ac",
                    "KTS-gap", "KTS_beh"):

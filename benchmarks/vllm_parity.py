@@ -1,0 +1,158 @@
+"""HF vs vLLM on one OLMES spec: per-item agreement, max |Δ sum_logits|, accuracy and time (CUDA GPU).
+
+    python benchmarks/vllm_parity.py                                   # arc_challenge:mc::olmes, 100 docs
+    python benchmarks/vllm_parity.py --spec mmlu_abstract_algebra:mc::olmes --vllm-for-mc
+    python benchmarks/vllm_parity.py --model /path/to/hf-dir --json parity.json
+
+Both backends get the identical requests (proctor's own tasks, `--limit` docs sampled as
+OLMES does), the same dtype and max_length, and no results cache, so both really compute.
+The HF model is freed before vLLM loads. With `--vllm-for-mc`, the vLLM model is run a
+second time with the OLMES single-token fast path (top-20 log-probs, -999 outside them)
+and compared with HF as well. Needs the `vllm` package and a CUDA GPU: without them it
+says so and exits with status 2. Loglikelihood (MC/RC) specs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA_DIR = Path(os.environ.get("PROCTOR_DATA_DIR", ROOT.parent / "shared" / "data"))
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", default="arc_challenge:mc::olmes", help="an OLMES loglikelihood spec or suite")
+    p.add_argument("--limit", type=int, default=100, help="documents per task (OLMES sampling)")
+    p.add_argument("--model", default="smollm2-135m", help="alias, local HF directory, .gguf file or hub id")
+    p.add_argument("--data-dir", type=Path, default=DATA_DIR)
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on GPUs that have it), float32, float16, ...")
+    p.add_argument("--max-length", type=int, default=2048)
+    p.add_argument("--vllm-for-mc", action="store_true", help="also run vLLM with the OLMES single-token fast path")
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    return p.parse_args(argv)
+
+
+def missing_requirement() -> Optional[str]:
+    """Why this check cannot run here, or None."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed: pip install 'proctor[vllm]' (Linux with a CUDA GPU)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is visible; this check compares HF and vLLM on a GPU"
+    return None
+
+
+def requests_of(runs: Sequence[Any]) -> list[Any]:
+    return [req for run in runs for inst in run.instances for req in (*inst.requests, *inst.uncond_requests)]
+
+
+def run_backend(backend: Any, spec: str, data_dir: Path, limit: int) -> dict[str, Any]:
+    """Score the spec's requests on `backend` (no cache); per-doc predictions and accuracy."""
+    from proctor.engine import Engine
+    from proctor.evaluate import plan, score_task
+
+    runs = list(plan([spec], data_dir, limit).tasks.values())
+    requests = requests_of(runs)
+    if any(type(r).__name__ != "Loglikelihood" for r in requests):
+        raise SystemExit(f"{spec} is not a loglikelihood (MC/RC) spec")
+    engine = Engine(backend, cache=None, progress=False)
+    started = time.perf_counter()
+    results = engine.run(requests)
+    seconds = time.perf_counter() - started
+    by_key = dict(zip((r.key for r in requests), results))
+    correct, docs, predicted = 0, 0, []
+    for run in runs:
+        score_task(run, by_key)
+        for row in run.sidecar:
+            predicted.append(row.predicted_answer)
+            correct += row.is_correct
+            docs += 1
+    return {"keys": [r.key for r in requests], "results": results, "predicted": predicted,
+            "accuracy": correct / max(docs, 1), "docs": docs, "seconds": seconds,
+            "primary": {run.config.name: run.primary.mean for run in runs}}
+
+
+def compare(hf: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    deltas = [abs(a.sum_logits - b.sum_logits) for a, b in zip(hf["results"], other["results"])]
+    same = sum(a == b for a, b in zip(hf["predicted"], other["predicted"]))
+    return {
+        "docs": other["docs"],
+        "same_prediction": same,
+        "agreement": same / max(other["docs"], 1),
+        "max_abs_delta_sum_logits": max(deltas, default=0.0),
+        "mean_abs_delta_sum_logits": sum(deltas) / max(len(deltas), 1),
+        "requests_at_minus_999": sum(b.sum_logits == -999.0 for b in other["results"]),
+        "is_greedy_agreement": sum(a.is_greedy == b.is_greedy for a, b in zip(hf["results"], other["results"]))
+        / max(len(deltas), 1),
+        "accuracy": other["accuracy"],
+        "seconds": other["seconds"],
+        "primary": other["primary"],
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    why = missing_requirement()
+    if why is not None:
+        print(f"vllm_parity: cannot run: {why}", file=sys.stderr)
+        return 2
+    import gc
+
+    import torch
+
+    from proctor.backends.hf import load_backend
+    from proctor.backends.vllm_backend import load_vllm_backend
+
+    hf_backend = load_backend(args.model, device="cuda", dtype=args.dtype, max_length=args.max_length)
+    dtype = str(hf_backend.dtype).removeprefix("torch.")
+    hf = run_backend(hf_backend, args.spec, args.data_dir, args.limit)
+    del hf_backend
+    gc.collect()
+    torch.cuda.empty_cache()
+
+    started = time.perf_counter()
+    vllm_backend = load_vllm_backend(
+        args.model, dtype=args.dtype, max_length=args.max_length,
+        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    load_seconds = time.perf_counter() - started
+    report: dict[str, Any] = {
+        "spec": args.spec, "limit": args.limit, "model": args.model, "dtype": dtype,
+        "max_length": args.max_length, "vllm": vllm_backend.config_record(), "vllm_load_seconds": load_seconds,
+        "hf": {"docs": hf["docs"], "accuracy": hf["accuracy"], "seconds": hf["seconds"], "primary": hf["primary"]},
+        "vllm_exact": compare(hf, run_backend(vllm_backend, args.spec, args.data_dir, args.limit)),
+    }
+    if args.vllm_for_mc:
+        fast = vllm_backend.with_vllm_for_mc(True)
+        report["vllm_for_mc"] = compare(hf, run_backend(fast, args.spec, args.data_dir, args.limit))
+        report["vllm_for_mc"]["fast_path"] = fast.config_record()["vllm_for_mc_stats"]
+
+    print(f"{args.spec}  limit={args.limit}  model={args.model}  dtype={dtype}  "
+          f"vLLM {report['vllm']['vllm_version']}")
+    print(f"  HF            acc={hf['accuracy']:.4f}  docs={hf['docs']}  {hf['seconds']:.2f}s")
+    for name in ("vllm_exact", "vllm_for_mc"):
+        if name in report:
+            r = report[name]
+            print(f"  {name:<13} acc={r['accuracy']:.4f}  same prediction {r['same_prediction']}/{r['docs']}  "
+                  f"max|Δsum_logits|={r['max_abs_delta_sum_logits']:.2e}  "
+                  f"mean={r['mean_abs_delta_sum_logits']:.2e}  -999s={r['requests_at_minus_999']}  "
+                  f"{r['seconds']:.2f}s")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,177 @@
+"""llama.cpp backend (llama-cpp-python, optional extra): GGUF models natively on the CPU.
+
+Scoring reads full-vocabulary logits at each readout position and takes the
+log-softmax in float64: the logits are llama.cpp's float32 values, and a float64
+reduction over the vocabulary adds no rounding of its own (cost: one exp per vocabulary
+entry per scored token, small beside the forward pass).
+
+Rows run one at a time; the context's key/value cache keeps the longest common prefix
+of consecutive rows (llamacpp_native.py), so the engine's shared prefixes and segments
+(`shares_prefixes`) are computed once.
+
+Generation decodes one sample at a time. Token choice, seeds and stop handling are the
+HF backend's (decoding.py): greedy is the argmax, a sample draws with its own
+`torch.Generator` seeded per sample, so samples do not depend on their batch-mates.
+A sample ends at the vocabulary's EOS or EOT token (for SmolLM2 also <|endoftext|>,
+which the HF backend, reading EOS and the generation config, does not stop at).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from proctor.backends.decoding import StopWatch, row_generator, sample_token
+from proctor.backends.llamacpp_native import NativeModel
+from proctor.backends.sources import file_sha256, resolve_source
+from proctor.engine.gen_plan import GenRow
+from proctor.engine.plan import Row
+from proctor.errors import UserError
+from proctor.requests import Generation, LoglikelihoodResult
+
+NAME = "llama.cpp"
+_TOKEN_BUDGET = 2048  # rows run one at a time: a batch only sets how often results are stored
+
+OnDone = Callable[[int, tuple[Generation, ...]], None]
+
+
+class LlamaCppTokenizer:
+    """A TextEncoder (and the decode StopWatch needs) over llama.cpp's own tokenizer."""
+
+    is_fast = False  # no batched encode: TokenizationPolicy calls `encode` per text
+
+    def __init__(self, native: NativeModel):
+        self.native = native
+        special = native.special_tokens()
+        self.bos_token_id = special["bos"]
+        self.eos_token_id = special["eos"]
+        self.eot_token_id = special["eot"]
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.native.tokenize(text, add_special=add_special_tokens)
+
+    def decode(self, tokens: Sequence[int], skip_special_tokens: bool = False) -> str:
+        return self.native.detokenize(list(tokens), special=not skip_special_tokens)
+
+
+class LlamaCppBackend:
+    """Scores engine rows and generates with a GGUF model through llama.cpp."""
+
+    shares_prefixes = True
+    device = "cpu"
+
+    def __init__(self, native: NativeModel, *, path: str, identity: str, max_length: int):
+        self.native = native
+        self.model_path = path
+        self.tokenizer = LlamaCppTokenizer(native)
+        self.identity = identity
+        self.max_length = max_length
+        self.dtype = native.description.rsplit(" ", 1)[-1]  # the file's weight type, e.g. "Q4_1"
+        self.eos_ids = frozenset(t for t in (self.tokenizer.eos_token_id, self.tokenizer.eot_token_id) if t is not None)
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{self.identity}|backend={NAME}|n_ctx={self.native.n_ctx}|max_length={self.max_length}"
+
+    def config_record(self) -> dict:
+        """What metrics.json records about this backend."""
+        from importlib.metadata import version
+
+        return {"model_file": self.model_path, "weights": self.dtype, "n_ctx": self.native.n_ctx,
+                "n_threads": self.native.n_threads, "llama_cpp_python": version("llama_cpp_python")}
+
+    def token_budget(self) -> int:
+        return max(_TOKEN_BUDGET, self.max_length)
+
+    def score(
+        self, rows: Sequence[Row], prefix: tuple[int, ...] = (), parents: Sequence[int] = ()
+    ) -> list[tuple[LoglikelihoodResult, ...]]:
+        """Each row's readouts; rows hold the tokens after `prefix` and after their parent's (if any)."""
+        out: list[tuple[LoglikelihoodResult, ...]] = []
+        for i, row in enumerate(rows):
+            if not row.readouts:  # a segment: its children bring it into the cache
+                out.append(())
+                continue
+            parent = parents[i] if parents else -1
+            before = prefix + (rows[parent].tokens if parent >= 0 else ())
+            out.append(self._score_row(before + row.tokens, row, len(before)))
+        return out
+
+    def _score_row(self, tokens: tuple[int, ...], row: Row, skip: int) -> tuple[LoglikelihoodResult, ...]:
+        # readouts may share positions (single-token choices of one context): several targets each
+        targets: dict[int, set[int]] = {}
+        for readout in row.readouts:
+            if readout.start < skip:
+                raise ValueError(f"readout at position {readout.start} lies inside the {skip} tokens before the row")
+            for offset, token in enumerate(readout.tokens):
+                targets.setdefault(readout.start + offset, set()).add(token)
+        scored: dict[tuple[int, int], tuple[float, bool]] = {}  # (position, target) -> (log-prob, is argmax)
+        # the last target position is the row's last token at most: decode no further
+        for position, logits in self.native.decode(tokens[:max(targets) + 1], sorted(targets)):
+            for target, result in _logprobs(logits, targets[position]).items():
+                scored[position, target] = result
+        results = []
+        for readout in row.readouts:
+            picked = [scored[readout.start + k, token] for k, token in enumerate(readout.tokens)]
+            results.append(LoglikelihoodResult(
+                float(sum(lp for lp, _ in picked)), len(picked), all(g for _, g in picked)))
+        return tuple(results)
+
+    def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None) -> list[tuple[Generation, ...]]:
+        """Each row's samples in seed order; `on_done(i, samples)` as soon as row i is finished."""
+        out: list[tuple[Generation, ...]] = []
+        for i, row in enumerate(rows):
+            watch = StopWatch(self.tokenizer, row.stop, self.eos_ids, row.max_new_tokens)
+            samples = tuple(self._sample(row, seed, watch) for seed in row.seeds)
+            out.append(samples)
+            if on_done is not None:
+                on_done(i, samples)
+        return out
+
+    def _sample(self, row: GenRow, seed: int, watch: StopWatch) -> Generation:
+        import torch
+
+        generator = row_generator(seed, torch.device("cpu")) if row.do_sample else None
+        tokens: list[int] = []
+        while True:
+            logits = self.native.next_logits(row.tokens + tuple(tokens))
+            if generator is None:
+                token = int(np.argmax(logits))  # ties: the lowest id, as torch.argmax
+            else:
+                token = sample_token(torch.from_numpy(logits), row.temperature, row.top_p, generator)
+            tokens.append(token)
+            reason = watch.finish_reason(tokens)
+            if reason is not None:
+                return Generation(watch.text(tokens), len(tokens), reason)
+
+
+def _logprobs(logits: np.ndarray, targets: set[int]) -> dict[int, tuple[float, bool]]:
+    """log softmax(logits)[t] in float64, and whether t is the argmax (lowest id on ties), per target t."""
+    x = logits.astype(np.float64)
+    top = x.max()
+    log_total = top + np.log(np.exp(x - top).sum())
+    best = int(np.argmax(x))
+    return {t: (float(x[t] - log_total), t == best) for t in targets}
+
+
+def default_threads() -> int:
+    """Every CPU this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def load_llamacpp_backend(model: str, *, max_length: int, n_threads: Optional[int] = None) -> LlamaCppBackend:
+    """Load a .gguf file (or an alias of one, e.g. `smollm2-135m`) into a llama.cpp context of `max_length` tokens."""
+    if max_length < 1:
+        raise UserError(f"max length must be a positive integer, got {max_length}")
+    if n_threads is not None and n_threads < 1:
+        raise UserError(f"threads must be a positive integer, got {n_threads}")
+    source = resolve_source(model)
+    if source.kind != "gguf":
+        raise UserError(f"the llama.cpp backend needs a .gguf model file, got {model!r}; "
+                        "use the hf backend for transformers models")
+    native = NativeModel(source.location, n_ctx=max_length, n_threads=n_threads or default_threads())
+    identity = f"gguf:{file_sha256(Path(source.location))}"
+    return LlamaCppBackend(native, path=source.location, identity=identity, max_length=max_length)

@@ -1,0 +1,201 @@
+"""POST JSON to an OpenAI-compatible server: bounded concurrency, retries, one-line errors.
+
+Retried (exponential backoff with jitter, or the server's Retry-After when it sends
+one): HTTP 429 and 5xx, refused or dropped connections, and timeouts. Not retried: any
+other 4xx (the request itself is wrong; its message is shown) and a reply that is not
+JSON. Every failure that outlasts the retries is a `UserError` naming the server and
+what happened. The API key travels in the Authorization header only; it is never put
+in a message, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import random
+import threading
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
+
+import httpx
+
+from proctor.errors import UserError
+
+T = TypeVar("T")
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_MAX_RETRY_AFTER = 60.0   # seconds; a larger Retry-After is capped, not obeyed
+_SHOWN_CHARS = 200        # of a server's error message or malformed reply
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    retries: int = 5            # retries after the first try
+    base_delay: float = 0.5     # seconds before the first retry; doubles each time
+    max_delay: float = 30.0
+
+    def delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        """Seconds to wait before retry `attempt` (0-based): Retry-After if given, else backoff."""
+        if retry_after is not None:
+            return min(retry_after, _MAX_RETRY_AFTER)
+        ceiling = min(self.max_delay, self.base_delay * 2**attempt)
+        return random.uniform(ceiling / 2, ceiling)  # jitter: concurrent clients spread out
+
+
+class CompletionsClient:
+    """Posts JSON bodies to `{base_url}/completions` with at most `concurrency` in flight."""
+
+    def __init__(
+        self, base_url: str, *, api_key: Optional[str] = None, timeout: float = 600.0,
+        concurrency: int = 8, retry: RetryPolicy = RetryPolicy(),
+    ):
+        self.url = base_url.rstrip("/") + "/completions"
+        self.retry = retry
+        self.concurrency = concurrency
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(headers=headers, timeout=timeout, limits=httpx.Limits(max_connections=concurrency))
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="proctor-openai")
+
+    def __repr__(self) -> str:
+        return f"CompletionsClient({self.url!r})"
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._http.close()
+
+    def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> Iterator[tuple[int, Any]]:
+        """(index, fn(item)) as each finishes, up to `concurrency` at a time, on this thread.
+
+        On the first failure the calls not yet started are cancelled and, once those already
+        running have ended, it is raised; the results yielded before it are the caller's to keep.
+        """
+        failed = threading.Event()
+
+        def call(item: T) -> Any:
+            if failed.is_set():  # set by a worker as it fails, so no queued call starts after it
+                raise _Skipped
+            try:
+                return fn(item)
+            except BaseException:
+                failed.set()
+                raise
+
+        futures = {self._pool.submit(call, item): i for i, item in enumerate(items)}
+        pending = set(futures)
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in sorted(done, key=futures.__getitem__):
+                    if future.exception() is None:
+                        yield futures[future], future.result()
+                errors = [f.exception() for f in done if not isinstance(f.exception(), (type(None), _Skipped))]
+                if errors:
+                    raise errors[0]  # type: ignore[misc]
+        finally:  # on failure: nothing queued starts, and nothing is in flight once we return
+            for future in pending:
+                future.cancel()
+            wait(pending)
+
+    def post(self, body: dict, *, retries: Optional[int] = None) -> dict:
+        """The server's JSON reply to one completions request, retrying transient failures
+        (`retries` times, the policy's by default)."""
+        retries = self.retry.retries if retries is None else retries
+        for attempt in range(retries + 1):
+            last = attempt == retries
+            try:
+                response = self._http.post(self.url, json=body)
+            except httpx.TimeoutException:
+                if last:
+                    raise UserError(
+                        f"the server at {self.url} did not answer within {self._http.timeout.read}s "
+                        f"({attempt + 1} tries); raise the timeout or check the server"
+                    ) from None
+                time.sleep(self.retry.delay(attempt, None))
+                continue
+            except httpx.TransportError as e:
+                if last:
+                    raise UserError(
+                        f"cannot reach the server at {self.url} ({_first_line(e)}, {attempt + 1} tries); "
+                        "is it running, and is the base URL right?"
+                    ) from None
+                time.sleep(self.retry.delay(attempt, None))
+                continue
+            if response.status_code in _RETRY_STATUS:
+                if last:
+                    raise UserError(
+                        f"the server at {self.url} kept answering HTTP {response.status_code} "
+                        f"({attempt + 1} tries): {_server_message(response)}; lower the concurrency or retry later"
+                    )
+                time.sleep(self.retry.delay(attempt, _retry_after(response)))
+                continue
+            if response.status_code >= 400:
+                raise ServerRejected(response.status_code, f"the server at {self.url} rejected the request "
+                                     f"(HTTP {response.status_code}): {_server_message(response)}")
+            return _json(response, self.url)
+        raise AssertionError("unreachable")
+
+
+class _Skipped(Exception):
+    """A call not made because an earlier one failed (never seen: the failure is raised first)."""
+
+
+class ServerRejected(UserError):
+    """An HTTP 4xx other than 429: the request is wrong for this server."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def _json(response: httpx.Response, url: str) -> dict:
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict):
+        raise UserError(f"the server at {url} returned malformed JSON: {_shown(response.text)!r}; "
+                        "is the base URL an OpenAI-compatible API (it usually ends in /v1)?")
+    return data
+
+
+def _server_message(response: httpx.Response) -> str:
+    """The error text a server put in its reply: OpenAI's error.message, FastAPI's detail, or the body."""
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _shown(response.text) or response.reason_phrase
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return _shown(str(error["message"]))
+        for key in ("message", "detail", "error"):
+            if data.get(key):
+                return _shown(json.dumps(data[key]) if not isinstance(data[key], str) else data[key])
+    return _shown(json.dumps(data))
+
+
+def _retry_after(response: httpx.Response) -> Optional[float]:
+    """Retry-After in seconds (delta-seconds or an HTTP date), None when absent or unreadable."""
+    value = response.headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _shown(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _SHOWN_CHARS else flat[:_SHOWN_CHARS] + "..."
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]

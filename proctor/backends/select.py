@@ -1,0 +1,83 @@
+"""Open the backend a run asked for; every backend serves the same engine, tasks and records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from proctor.errors import UserError
+
+BACKENDS = ("hf", "llamacpp", "openai", "vllm")
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    backend: str = "hf"
+    model: str = "smollm2-135m"
+    max_length: int = 2048
+    device: Optional[str] = None            # hf
+    dtype: str = "auto"                     # hf, vllm
+    seed: int = 0                           # vllm's engine seed
+    base_url: Optional[str] = None          # openai
+    tokenizer: Optional[str] = None         # openai: the served model's tokenizer
+    concurrency: Optional[int] = None       # openai: requests in flight
+    openai_scoring: str = "auto"            # openai: echo, forced or auto (probe the server)
+    openai_extra: Optional[dict] = None     # openai: extra request fields (e.g. llama.cpp's repeat_penalty)
+    threads: Optional[int] = None           # llamacpp
+    vllm_for_mc: bool = False               # vllm: OLMES single-token fast path
+    tensor_parallel_size: int = 1           # vllm
+    gpu_memory_utilization: float = 0.9     # vllm
+
+
+def _refuse(options: BackendOptions, **given: Any) -> None:
+    """Options that belong to other backends are an error, not silently ignored."""
+    for flag, value in given.items():
+        if value:
+            raise UserError(f"--{flag.replace('_', '-')} does not apply to --backend {options.backend}")
+
+
+def open_backend(options: BackendOptions) -> Any:
+    """The loaded backend (UserError for an unknown backend or options of another backend)."""
+    o = options
+    if o.backend not in BACKENDS:
+        raise UserError(f"unknown backend {o.backend!r}; choose from {', '.join(BACKENDS)}")
+    if o.backend != "vllm":
+        _refuse(o, vllm_for_mc=o.vllm_for_mc, tensor_parallel_size=o.tensor_parallel_size != 1)
+    if o.backend != "openai":
+        _refuse(o, base_url=o.base_url, tokenizer=o.tokenizer, concurrency=o.concurrency,
+                openai_scoring=o.openai_scoring != "auto", openai_extra=o.openai_extra)
+    if o.backend != "llamacpp":
+        _refuse(o, threads=o.threads)
+    if o.backend != "hf" and o.device not in (None, "cuda" if o.backend == "vllm" else "cpu"):
+        raise UserError(f"--device does not apply to --backend {o.backend}")
+    if o.backend == "hf":
+        from proctor.backends.hf import load_backend
+
+        return load_backend(o.model, device=o.device, dtype=o.dtype, max_length=o.max_length)
+    if o.backend == "llamacpp":
+        from proctor.backends.llamacpp import load_llamacpp_backend
+
+        return load_llamacpp_backend(o.model, max_length=o.max_length, n_threads=o.threads)
+    if o.backend == "openai":
+        from proctor.backends.openai_api import load_openai_backend
+
+        if not o.base_url:
+            raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
+        extra = {} if o.concurrency is None else {"concurrency": o.concurrency}
+        return load_openai_backend(o.base_url, o.model, tokenizer=o.tokenizer, max_length=o.max_length,
+                                   scoring=o.openai_scoring, extra_body=o.openai_extra, **extra)
+    from proctor.backends.vllm_backend import load_vllm_backend
+
+    return load_vllm_backend(o.model, dtype=o.dtype, max_length=o.max_length, vllm_for_mc=o.vllm_for_mc,
+                             tensor_parallel_size=o.tensor_parallel_size,
+                             gpu_memory_utilization=o.gpu_memory_utilization, seed=o.seed)
+
+
+def backend_record(backend: Any, options: BackendOptions) -> dict:
+    """What metrics.json records about the backend (its own record where it keeps one)."""
+    record = {"backend": options.backend}
+    if hasattr(backend, "config_record"):
+        record.update(backend.config_record())
+    if options.base_url:
+        record["base_url"] = options.base_url
+    return record

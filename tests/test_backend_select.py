@@ -1,0 +1,41 @@
+"""`--backend` and the options that belong to one backend: misuse is one clear error, exit 2."""
+
+import importlib.util
+
+import pytest
+
+from proctor.backends.select import BackendOptions, backend_record, open_backend
+from proctor.cli import main
+from proctor.errors import UserError
+
+SPEC = "mmlu_abstract_algebra:mc::olmes"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--vllm-for-mc"], "--vllm-for-mc does not apply to --backend hf"),
+    (["--backend", "llamacpp", "--base-url", "http://127.0.0.1:1/v1"], "--base-url does not apply to --backend llamacpp"),
+    (["--backend", "openai"], "--backend openai needs --base-url"),
+    (["--threads", "2"], "--threads does not apply to --backend hf"),
+    (["--backend", "openai", "--base-url", "http://x/v1", "--tensor-parallel-size", "2"],
+     "--tensor-parallel-size does not apply to --backend openai"),
+    (["--backend", "llamacpp", "--device", "cuda"], "--device does not apply to --backend llamacpp"),
+])
+def test_options_of_another_backend_are_refused(argv, message, data_dir, tmp_path, capsys):
+    code = main(["run", "--tasks", SPEC, "--limit", "1", "--data-dir", str(data_dir),
+                 "--output", str(tmp_path / "run"), *argv])
+    assert code == 2 and not (tmp_path / "run").exists()
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
+def test_vllm_without_the_extra_says_how_to_install():
+    with pytest.raises(UserError, match=r"pip install 'proctor\[vllm\]'"):
+        open_backend(BackendOptions(backend="vllm"))
+
+
+def test_unknown_backend_and_the_record():
+    with pytest.raises(UserError, match="unknown backend 'tgi'"):
+        open_backend(BackendOptions(backend="tgi"))
+    assert backend_record(object(), BackendOptions()) == {"backend": "hf"}
+    record = backend_record(object(), BackendOptions(backend="openai", base_url="http://h/v1"))
+    assert record == {"backend": "openai", "base_url": "http://h/v1"}
