@@ -71,6 +71,17 @@ def test_rerunning_finds_everything_done(tiny_run, capsys):
     assert before == {p: p.read_bytes() for p in (out / "hidden" / "tiny").iterdir()}
 
 
+def test_metrics_with_the_best_anchor_layer(tiny_run, tmp_path):
+    root, bank, out = tiny_run
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    assert main(["factual", "metrics", "--bank", str(root / "bank.jsonl"), "--output-dir", str(copy),
+                 "--name", "tiny", "--kts-layer", "best", "--bootstrap", "20"]) == 0
+    metrics = json.loads((copy / "metrics" / "tiny.json").read_text())
+    assert metrics["kts"]["layer"] == metrics["kts_abstain_as_incorrect"]["layer"] == "best"
+    assert metrics["iss"]["n_boot"] == 20
+
+
 def test_validate_names_missing_and_unknown_ids(tiny_run, tmp_path, capsys):
     root, bank, out = tiny_run
     lines = (out / "generations" / "tiny.jsonl").read_text().splitlines()

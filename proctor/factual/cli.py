@@ -67,11 +67,15 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
     common(metrics)
     metrics.add_argument("--name", required=True, help="model name used by the earlier steps")
     metrics.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for ISS CIs")
+    metrics.add_argument("--kts-layer", default="mean", choices=["mean", "best"],
+                         help="KTS features: the mean of the stored layers, or the layer with the best "
+                              "anchor validation AUROC (chosen on anchor training facts only)")
 
     run = steps.add_parser("run", help="generate, score, extract hidden states and compute ISS/KTS")
     common(run)
     model_options(run)
     run.add_argument("--bootstrap", type=positive_int, default=1000)
+    run.add_argument("--kts-layer", default="mean", choices=["mean", "best"])
 
 
 def model_name(model: str, name: Optional[str]) -> str:
@@ -228,7 +232,7 @@ def cmd_metrics(args: argparse.Namespace, bank=None) -> int:
     scored = [row for row in read_jsonl(_scored_path(args, name))]
     hidden = load_hidden(_hidden_dir(args, name))
     result = factual_metrics(bank, scored, hidden, model=name, bootstrap=args.bootstrap,
-                             source=str(_scored_path(args, name)))
+                             kts_layer=args.kts_layer, source=str(_scored_path(args, name)))
     out = Path(args.output_dir) / "metrics" / f"{name}.json"
     atomic_write_text(out, json.dumps(result, indent=2) + "\n")
     print_metrics(result)

@@ -31,7 +31,7 @@ def scored_labels(scored: Sequence[Any], query_ids: Sequence[str], source: str) 
 
 
 def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStates, *, model: str,
-                    bootstrap: int = 1000, source: str = "scored rows") -> dict:
+                    bootstrap: int = 1000, kts_layer: str = "mean", source: str = "scored rows") -> dict:
     """ISS per condition (with CI, layer profile, outcome split, ISS-rank) and KTS (main and
     abstain-as-incorrect variants), as one JSON-ready dict."""
     if hidden.index.bank_version != bank.version:
@@ -43,8 +43,8 @@ def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStates, *, 
                         "rerun `proctor factual hidden` into a fresh directory")
     labels = scored_labels(scored, hidden.index.query_ids, source)
     iss = compute_iss(rows, hidden.layers, labels, n_boot=bootstrap)
-    kts = compute_kts(rows, hidden.layers, labels)
-    kts_abstain = compute_kts(rows, hidden.layers, labels, abstain_as_incorrect=True)
+    kts = compute_kts(rows, hidden.layers, labels, layer=kts_layer)
+    kts_abstain = compute_kts(rows, hidden.layers, labels, layer=kts_layer, abstain_as_incorrect=True)
     conditions = {
         name: {"iss": iss.conditions[name].to_dict(include_facts=False),
                "kts": kts.conditions[name].to_dict(include_facts=False) if name in kts.conditions else None}
