@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
@@ -34,6 +35,22 @@ CREATE TABLE IF NOT EXISTS generation (
 ) WITHOUT ROWID;
 """
 _CHUNK = 500  # stays under SQLite's host-parameter limit
+_TIMEOUT = 60.0  # seconds a connection waits for another process's lock
+
+
+def _enable_wal(db: sqlite3.Connection) -> None:
+    """Switch to WAL mode. Processes opening a new file at once (data-parallel ranks) can get
+    "database is locked" here at once: SQLite does not call the busy handler for a journal
+    mode change, so retry until the timeout."""
+    deadline = time.monotonic() + _TIMEOUT
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 class ResultCache:
@@ -42,8 +59,8 @@ class ResultCache:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), timeout=60)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db = sqlite3.connect(str(self.path), timeout=_TIMEOUT)
+        _enable_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         self._db.commit()
