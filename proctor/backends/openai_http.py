@@ -102,37 +102,28 @@ class CompletionsClient:
         (`retries` times, the policy's by default)."""
         retries = self.retry.retries if retries is None else retries
         for attempt in range(retries + 1):
-            last = attempt == retries
             try:
                 response = self._http.post(self.url, json=body)
             except httpx.TimeoutException:
-                if last:
-                    raise UserError(
-                        f"the server at {self.url} did not answer within {self._http.timeout.read}s "
-                        f"({attempt + 1} tries); raise the timeout or check the server"
-                    ) from None
-                time.sleep(self.retry.delay(attempt, None))
-                continue
+                failure = (f"the server at {self.url} did not answer within {self._http.timeout.read}s "
+                           f"({attempt + 1} tries); raise the timeout or check the server")
+                retry_after = None
             except httpx.TransportError as e:
-                if last:
-                    raise UserError(
-                        f"cannot reach the server at {self.url} ({_first_line(e)}, {attempt + 1} tries); "
-                        "is it running, and is the base URL right?"
-                    ) from None
-                time.sleep(self.retry.delay(attempt, None))
-                continue
-            if response.status_code in _RETRY_STATUS:
-                if last:
-                    raise UserError(
-                        f"the server at {self.url} kept answering HTTP {response.status_code} "
-                        f"({attempt + 1} tries): {_server_message(response)}; lower the concurrency or retry later"
-                    )
-                time.sleep(self.retry.delay(attempt, _retry_after(response)))
-                continue
-            if response.status_code >= 400:
-                raise ServerRejected(response.status_code, f"the server at {self.url} rejected the request "
-                                     f"(HTTP {response.status_code}): {_server_message(response)}")
-            return _json(response, self.url)
+                failure = (f"cannot reach the server at {self.url} ({_first_line(e)}, {attempt + 1} tries); "
+                           "is it running, and is the base URL right?")
+                retry_after = None
+            else:
+                if response.status_code not in _RETRY_STATUS:
+                    if response.status_code >= 400:
+                        raise ServerRejected(response.status_code, f"the server at {self.url} rejected the "
+                                             f"request (HTTP {response.status_code}): {_server_message(response)}")
+                    return _json(response, self.url)
+                failure = (f"the server at {self.url} kept answering HTTP {response.status_code} "
+                           f"({attempt + 1} tries): {_server_message(response)}; lower the concurrency or retry later")
+                retry_after = _retry_after(response)
+            if attempt == retries:
+                raise UserError(failure)
+            time.sleep(self.retry.delay(attempt, retry_after))
         raise AssertionError("unreachable")
 
 
