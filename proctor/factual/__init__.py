@@ -4,33 +4,33 @@ Build a query bank from real facts (`build_bank`), generate with the seed's prot
 (`generate`) or bring generations from another stack (`validate_generations`), score them
 (`score_generations`), extract last-token hidden states (`extract_hidden`), and compute ISS
 and KTS per condition (`compute_iss`, `compute_kts`). `proctor factual ...` runs each step.
+
+Names are imported on first use, as in `proctor.backends`, so registering the
+`proctor factual` command costs every `proctor` command nothing.
 """
 
-from proctor.factual.bank import Bank, build_bank, read_bank, write_bank
-from proctor.factual.generate import generate
-from proctor.factual.hidden import HiddenStates, extract_hidden, load_hidden
-from proctor.factual.iss import compute_iss
-from proctor.factual.kts import compute_kts
-from proctor.factual.prompts import CONDITION_FAMILIES, DECODING, PROMPT, build_prompt, condition_of
-from proctor.factual.score import score_generations, summaries
-from proctor.factual.scorer import (
-    LABELS,
-    Score,
-    extract_span,
-    normalise_forms,
-    popqa_match,
-    score_response,
-    summarise,
-)
-from proctor.factual.validate import ValidationReport, read_jsonl, validate_generations
+from __future__ import annotations
 
-__all__ = [
-    "Bank", "build_bank", "read_bank", "write_bank",
-    "generate",
-    "HiddenStates", "extract_hidden", "load_hidden",
-    "compute_iss", "compute_kts",
-    "CONDITION_FAMILIES", "DECODING", "PROMPT", "build_prompt", "condition_of",
-    "score_generations", "summaries",
-    "LABELS", "Score", "extract_span", "normalise_forms", "popqa_match", "score_response", "summarise",
-    "ValidationReport", "read_jsonl", "validate_generations",
-]
+from importlib import import_module
+from typing import Any
+
+_MODULES = {
+    "bank": ("Bank", "build_bank", "read_bank", "write_bank"),
+    "generate": ("generate",),
+    "hidden": ("HiddenStates", "extract_hidden", "load_hidden"),
+    "iss": ("compute_iss",),
+    "kts": ("compute_kts",),
+    "prompts": ("CONDITION_FAMILIES", "DECODING", "PROMPT", "build_prompt", "condition_of"),
+    "score": ("score_generations", "summaries"),
+    "scorer": ("LABELS", "Score", "extract_span", "normalise_forms", "popqa_match", "score_response",
+               "summarise"),
+    "validate": ("ValidationReport", "read_jsonl", "validate_generations"),
+}
+_HOME = {name: module for module, names in _MODULES.items() for name in names}
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(import_module(f"proctor.factual.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'proctor.factual' has no attribute {name!r}")
