@@ -1,5 +1,17 @@
+import os
 import sys
 
-from proctor.cli import main
+# `python -m proctor` puts the current directory first on sys.path, so a `proctor/` there
+# that is not this package (a data directory, another checkout) would shadow it: drop that
+# entry and any modules imported from it, then import this package's CLI.
+_home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_loaded = sys.modules.get("proctor")
+if _loaded is not None and os.path.dirname(os.path.abspath(getattr(_loaded, "__file__", None) or "/")) != \
+        os.path.join(_home, "proctor"):
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.getcwd()] + [_home]
+    for _name in [m for m in sys.modules if m == "proctor" or m.startswith("proctor.")]:
+        del sys.modules[_name]
+
+from proctor.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -54,6 +54,16 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value <= 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
+    return value
+
+
 def _batch_size(text: str):
     return "auto" if text == "auto" else _positive_int(text)
 
@@ -85,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
     run.add_argument("--output", help="run directory (default: runs/<model>-<time>)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace --output when it holds an earlier proctor run (never other files)")
     run.add_argument(
         "--deterministic",
         action="store_true",
@@ -112,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="vllm: read answer letters from one generated position (OLMES fast path; -999 "
                           "outside the top 20); recorded in metrics.json")
     run.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="vllm: GPUs per model")
-    run.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vllm: share of GPU memory")
+    run.add_argument("--gpu-memory-utilization", type=_fraction, help="vllm: share of GPU memory (default 0.9)")
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -125,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     prompts.add_argument("--limit", type=_positive_int)
     prompts.add_argument("--data-dir")
     prompts.add_argument("--output", required=True)
+    prompts.add_argument("--overwrite", action="store_true", help="replace --output when it holds earlier prompts")
 
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
     verify.add_argument("--data-dir")
@@ -141,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from proctor.backends.select import BackendOptions, backend_record, open_backend
+    from proctor.backends.redact import redact_url
+    from proctor.backends.select import BackendOptions, backend_record, check_backend_options, open_backend
     from proctor.backends.models import cache_root
     from proctor.engine import Engine, ResultCache
     from proctor.engine.distributed import DistributedContext
@@ -149,6 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from proctor.evaluate import evaluate, plan, primary_scores, requests_of
     from proctor.evaluate_generation import prepare_code_execution
     from proctor.outputs.atomic import staged_directory
+    from proctor.outputs.owned import check_output_dir
     from proctor.outputs.provenance import code_git_state, library_versions
     from proctor.outputs.run_dir import write_run
     from proctor.report import print_results
@@ -159,12 +174,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     specs = _specs(args.tasks)
     data_dir = resolve_data_dir(args.data_dir)
     output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
-    evaluation = plan(specs, data_dir, args.limit)
-    prepare_code_execution(evaluation, args.allow_unsafe_exec)  # a refusal costs no model load
-    data_seconds = time.perf_counter() - t0
     seed = DEFAULT_SEED if args.seed is None else args.seed
-
-    ranks.start()
+    # Everything that can be checked is checked before any data or model work.
+    if ranks.is_main:
+        check_output_dir(output, overwrite=args.overwrite)
     backend_options = BackendOptions(
         backend=args.backend, model=args.model, max_length=args.max_length,
         device=ranks.device(args.device) if args.backend == "hf" else args.device,
@@ -172,12 +185,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, openai_scoring=args.openai_scoring, openai_extra=args.openai_extra,
         threads=args.threads, vllm_for_mc=args.vllm_for_mc,
         tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization)
+    check_backend_options(backend_options)
+    cache = ResultCache(cache_root() / "results.sqlite")
+    evaluation = plan(specs, data_dir, args.limit)
+    prepare_code_execution(evaluation, args.allow_unsafe_exec)  # a refusal costs no model load
+    data_seconds = time.perf_counter() - t0
+
+    ranks.start()
     backend = ranks.in_turn(lambda: open_backend(backend_options))
     load_seconds = time.perf_counter() - t0 - data_seconds
     engine = Engine(
         backend,
         batch_size=args.batch_size,
-        cache=ResultCache(cache_root() / "results.sqlite"),
+        cache=cache,
         progress=not args.no_progress and ranks.is_main,
         deterministic=args.deterministic,
         seed=seed,
@@ -197,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     ranks.stop()
     scores = primary_scores(evaluation)
     runs = list(evaluation.tasks.values())
-    warnings = [w for run in runs for w in run.warnings]
+    warnings = [w for run in runs for w in run.warnings] + cache.tampered_warning()
     metrics = {
         "primary_scores": scores,
         "tasks": {run.config.name: run.summary() for run in runs},
@@ -216,7 +236,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                        "world_size": ranks.world_size},
         "versions": library_versions(),
         "git": code_git_state(),
-        "command": ["proctor", *sys.argv[1:]],
+        "command": ["proctor", *map(redact_url, sys.argv[1:])],
         "warnings": warnings,
         "timing": {
             "started": started.isoformat(),
@@ -237,7 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if stats.gen_seconds and stats.gen_tokens else None,
         },
     }
-    with staged_directory(output) as stage:
+    with staged_directory(output, overwrite=args.overwrite) as stage:
         write_run(stage, runs, metrics, save_requests=args.save_requests)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -257,12 +277,14 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def cmd_prompts(args: argparse.Namespace) -> int:
     from proctor.evaluate import plan
     from proctor.outputs.atomic import staged_directory
+    from proctor.outputs.owned import check_output_dir
     from proctor.outputs.requests_file import request_rows
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
 
-    evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit)
     output = Path(args.output)
-    with staged_directory(output) as stage:
+    check_output_dir(output, overwrite=args.overwrite)
+    evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit)
+    with staged_directory(output, overwrite=args.overwrite) as stage:
         for run in evaluation.tasks.values():
             write_jsonl(stage / task_dir_name(run.config.name) / "requests.jsonl", request_rows(run.instances))
     count = sum(len(run.instances) for run in evaluation.tasks.values())
@@ -281,13 +303,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from proctor.compare import compare_runs
-    from proctor.outputs.atomic import atomic_write_text
+    from proctor.outputs.owned import check_output_file, write_owned_file
     from proctor.report import print_agreement
 
+    if args.json:
+        check_output_file(Path(args.json), option="--json")
     agreement = compare_runs(Path(args.run_a), Path(args.run_b))
     print_agreement(agreement, args.run_a, args.run_b)
     if args.json:
-        atomic_write_text(Path(args.json), json.dumps([a.to_dict() for a in agreement], indent=2) + "\n")
+        text = json.dumps([a.to_dict() for a in agreement], indent=2) + "\n"
+        write_owned_file(Path(args.json), text.encode(), option="--json")
     return 0
 
 

@@ -115,6 +115,19 @@ def duplicate_native_id_warnings(run: TaskRun) -> list[str]:
     ]
 
 
+def truncation_warnings(run: TaskRun, truncated: Mapping[str, int], max_length: int) -> list[str]:
+    """A warning when left truncation to `max_length` cut any document's prompt: its score is
+    then not the protocol's."""
+    cut = [max((truncated.get(r.key, 0) for r in (*i.requests, *i.uncond_requests)), default=0)
+           for i in run.instances]
+    hit = sum(1 for c in cut if c)
+    if not hit:
+        return []
+    return [f"{run.config.name}: {hit} of {len(cut)} documents did not fit in --max-length {max_length} "
+            f"and lost up to {max(cut)} context tokens to left truncation; their scores do not follow "
+            f"the protocol (raise --max-length)"]
+
+
 def score_task(run: TaskRun, results: Mapping[str, LoglikelihoodResult]) -> None:
     """Fill a task run's predictions, sidecar rows and aggregates from engine results."""
     if is_generation_run(run):
@@ -168,6 +181,7 @@ def evaluate(evaluation: Plan, engine: Engine) -> None:
     generated_seconds = time.perf_counter() - started - scored_seconds
     for run in evaluation.tasks.values():
         t0 = time.perf_counter()
+        run.warnings.extend(truncation_warnings(run, engine.truncated, engine.policy.max_length))
         score_task(run, by_key)
         own = sum(len(i.requests) + len(i.uncond_requests) for i in run.instances)
         # Requests are batched across tasks, so model time is shared out by request count

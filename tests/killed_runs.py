@@ -44,6 +44,7 @@ def finish(run: subprocess.Popen) -> None:
 
 
 def outputs(run_dir: Path) -> dict[str, bytes]:
-    """Every output file's bytes except metrics.json (which carries timings)."""
+    """Every output file's bytes except metrics.json (which carries timings) and the manifest
+    (which holds metrics.json's hash)."""
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*"))
-            if p.is_file() and p.name != "metrics.json"}
+            if p.is_file() and p.name not in ("metrics.json", ".proctor-manifest.json")}

@@ -235,6 +235,26 @@ def test_api_key_is_sent_but_never_shown(serve, tokenizer, monkeypatch, tmp_path
     assert backend.fingerprint.startswith(f"openai:{server.url}|model=fake|tokenizer=dir:")
 
 
+@pytest.mark.parametrize("status", [401, 500])
+def test_a_server_echoing_the_key_or_a_url_password_never_gets_them_shown(serve, tokenizer, monkeypatch, tmp_path,
+                                                                         status):
+    server = serve()
+    echoed = {"error": {"message": f"invalid credentials: Authorization: Bearer {KEY} (user alice, password "
+                                   f"hunter2, url http://alice:hunter2@127.0.0.1/v1)"}}
+    server.script = [("status", status, echoed, ())] * 3
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    url = server.url.replace("http://", "http://alice:hunter2@")
+    backend = load_openai_backend(url, "fake", tokenizer=str(_tokenizer_dir(tokenizer, tmp_path)),
+                                  retry=FAST, prompt_format="ids")
+    with pytest.raises(UserError, match="invalid credentials") as e:
+        generate_once(backend)
+    assert server.seen[0][1]["Authorization"]  # httpx sends the URL's user info as basic auth
+    shown = [str(e.value), repr(backend), repr(backend.client), backend.fingerprint, json.dumps(backend.config_record())]
+    assert not any(KEY in s or "hunter2" in s for s in shown), shown
+    assert "alice:***@" in backend.config_record()["base_url"]
+    assert "alice" not in backend.fingerprint  # who logs in does not change the results
+
+
 def _tokenizer_dir(tokenizer, tmp_path: Path) -> Path:
     tokenizer.save_pretrained(str(tmp_path / "tok"))
     return tmp_path / "tok"

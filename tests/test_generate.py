@@ -7,7 +7,7 @@ import torch
 
 from proctor.engine import Engine
 from proctor.engine.gen_plan import GenLimits, GenRow, plan_generation, sample_seed
-from proctor.engine.tokens import TokenizationPolicy
+from proctor.engine.tokens import GenerationContext, TokenizationPolicy
 from proctor.errors import UserError
 from proctor.requests import Generate
 
@@ -52,7 +52,7 @@ def texts(results):
 def reference_greedy(backend, context, n):
     """Token by token argmax with a full forward pass over everything each step (no cache, no padding)."""
     tokens = list(TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
-                  .generation_contexts([(context, n)])[0])
+                  .generation_contexts([(context, n)])[0].tokens)
     out = []
     with torch.inference_mode():
         for _ in range(n):
@@ -170,14 +170,15 @@ def test_context_is_left_truncated_to_leave_room(backend):
     full = tuple(backend.tokenizer.encode(long_context, add_special_tokens=False))
     assert len(full) > backend.max_length
     (kept,) = policy.generation_contexts([(long_context, 56)])
-    assert kept == full[-(backend.max_length - 56):]
-    assert policy.generation_contexts([("", 8)]) == [(backend.tokenizer.eos_token_id,)]
+    assert kept.tokens == full[-(backend.max_length - 56):]
+    assert kept.dropped == len(full) - (backend.max_length - 56)
+    assert policy.generation_contexts([("", 8)]) == [GenerationContext((backend.tokenizer.eos_token_id,), 0)]
     with pytest.raises(UserError, match="max_length=256"):
         policy.generation_contexts([("x", 256)])
 
     # the model sees exactly the kept tokens: the same text as a prompt that is only those tokens
-    truncated_text = backend.tokenizer.decode(kept)
-    assert tuple(backend.tokenizer.encode(truncated_text, add_special_tokens=False)) == kept
+    truncated_text = backend.tokenizer.decode(kept.tokens)
+    assert tuple(backend.tokenizer.encode(truncated_text, add_special_tokens=False)) == kept.tokens
     engine = Engine(backend, batch_size=2, progress=False)
     a, b = engine.generate([greedy(long_context, 56), greedy(truncated_text, 56)])
     assert a.samples == b.samples

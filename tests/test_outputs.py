@@ -4,6 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from proctor.outputs.atomic import atomic_write_text, staged_directory
+from proctor.outputs.owned import MANIFEST
 from proctor.outputs.records import QueryMetadata
 from proctor.outputs.run_dir import task_dir_name, write_json, write_sidecar
 
@@ -15,15 +16,15 @@ def test_staged_directory_replaces_whole_or_leaves_old(tmp_path):
     assert (out / "a.txt").read_text() == "first"
 
     with pytest.raises(RuntimeError):
-        with staged_directory(out) as stage:
+        with staged_directory(out, overwrite=True) as stage:
             atomic_write_text(stage / "a.txt", "second")
             raise RuntimeError("killed half-way")
     assert (out / "a.txt").read_text() == "first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no staging left behind
 
-    with staged_directory(out) as stage:
+    with staged_directory(out, overwrite=True) as stage:
         atomic_write_text(stage / "b.txt", "new")
-    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [MANIFEST, "b.txt"]
 
 
 def test_sidecar_parquet_and_jsonl_agree(tmp_path):

@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from proctor.errors import UserError
 from proctor.engine.tokens import EncodedPair, TokenizationPolicy, split_trailing_space, window
 
 
@@ -81,8 +82,10 @@ def test_left_truncation_to_max_length():
     assert w.inputs == (7, 8, 9, 10, 11)  # (ctx+cont)[-6:][:-1]
     assert w.start == 3  # positions 3 and 4 predict 11 and 12
     assert w.targets == (11, 12)
+    assert w.dropped == 6  # context tokens 1-6 cut
     assert window(pair, 11).inputs == tuple(range(1, 12))  # fits exactly: nothing cut
-    with pytest.raises(ValueError, match="exceeds max_length"):
+    assert window(pair, 11).dropped == 0
+    with pytest.raises(UserError, match="does not fit in max_length"):
         window(EncodedPair((1,), (2, 3, 4)), 2)
 
 

@@ -68,7 +68,7 @@ def build_tiny_gpt2(directory: Path, *, seed: int = 0, vocab_size: int = 320) ->
     torch.manual_seed(seed)
     config = GPT2Config(
         vocab_size=len(tokenizer),
-        n_positions=1024,
+        n_positions=2048,  # room for the default --max-length
         n_embd=32,
         n_layer=2,
         n_head=4,

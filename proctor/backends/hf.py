@@ -74,12 +74,26 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
+def position_limit(config: Any) -> Optional[int]:
+    """The longest input the model was built for (learned or rotary positions), if its config says."""
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for name in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 class HFBackend:
     """Scores engine rows with a transformers causal LM."""
 
     def __init__(self, model: Any, tokenizer: Any, *, identity: str, max_length: int = 2048):
         if max_length < 1:
             raise UserError(f"max length must be a positive integer, got {max_length}")
+        positions = position_limit(model.config)
+        if positions is not None and max_length > positions:
+            raise UserError(f"--max-length {max_length} is longer than the model's {positions} positions; "
+                            f"pass --max-length {positions} or less")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.identity = identity

@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proctor.backends.sources import ALIASES, ModelSource, directory_identity, file_sha256
+from proctor.backends.sources import ALIASES, ModelSource, directory_identity, file_sha256, resolve_source
 from proctor.errors import UserError
 from proctor.cache_dir import cache_root
+from proctor.outputs.atomic import make_stage, unmark
 
 _MARKER = "proctor-gguf.json"
 
@@ -36,6 +36,15 @@ def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:
     directory, identity = model_directory(source)
     model, tokenizer = _from_pretrained(directory, dtype=dtype, device=device, shown=source.location)
     return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
+
+
+def check_available(model: str) -> ModelSource:
+    """Where `model` is, found before any data or weights load: a path that exists, an alias whose
+    package is installed, or a hub id that is in the local cache or downloads."""
+    source = resolve_source(model)
+    if source.kind == "hub":
+        _hub_snapshot(source.location)
+    return source
 
 
 def model_directory(source: ModelSource) -> tuple[Path, str]:
@@ -57,7 +66,7 @@ def _from_pretrained(directory: Path, *, dtype: Any, device: Any, shown: str) ->
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
-    except (OSError, ValueError, KeyError) as e:
+    except Exception as e:  # a user's files: truncated or garbage weights raise many types
         raise UserError(f"cannot load model {shown}: {_first_line(e)}") from None
     return model.to(device).eval(), tokenizer
 
@@ -82,9 +91,10 @@ def converted_gguf_dir(gguf: Path, sha: str) -> Path:
     if (target / _MARKER).is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    tmp = make_stage(target.parent, target.name, "convert")  # a killed conversion's is removed here
     try:
         _convert_gguf(gguf, tmp)
+        unmark(tmp)
         (tmp / _MARKER).write_text(json.dumps({"gguf": str(gguf), "sha256": sha}) + "\n")
         try:
             os.rename(tmp, target)
@@ -105,7 +115,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         quantized = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
         )
-    except (OSError, ValueError, KeyError, ImportError) as e:
+    except Exception as e:  # a user's file: a truncated or foreign GGUF raises many types
         raise UserError(f"cannot load GGUF model {gguf}: {_first_line(e)}") from None
     config = quantized.config
     if hasattr(config, "quantization_config"):

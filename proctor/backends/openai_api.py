@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
 from proctor.backends.decoding import find_stop
+from proctor.backends.redact import redact_url, strip_credentials
 from proctor.backends.openai_http import CompletionsClient, RetryPolicy, ServerRejected
 from proctor.backends.sources import ALIASES, file_sha256, resolve_source
 from proctor.engine.gen_plan import GenRow
@@ -90,7 +91,7 @@ class OpenAIBackend:
             raise UserError(f"unknown prompt format {prompt_format!r}; use auto, ids or text")
         if scoring not in ("auto", "echo", "forced"):
             raise UserError(f"unknown scoring {scoring!r}; use auto, echo or forced")
-        self.base_url = base_url.rstrip("/")
+        self.base_url = redact_url(base_url.rstrip("/"))  # as messages and records show it
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer_identity = tokenizer_identity
@@ -98,7 +99,7 @@ class OpenAIBackend:
         self.prompt_format = prompt_format
         self.scoring = scoring
         self.extra_body = dict(extra_body or {})
-        self.client = CompletionsClient(self.base_url, api_key=api_key, timeout=timeout,
+        self.client = CompletionsClient(base_url.rstrip("/"), api_key=api_key, timeout=timeout,
                                         concurrency=concurrency, retry=retry)
         self.requests_sent = 0
 
@@ -109,7 +110,7 @@ class OpenAIBackend:
     def fingerprint(self) -> str:
         # server-side sampling settings (extra_body) change generations: results are cached apart
         extra = json.dumps(self.extra_body, sort_keys=True) if self.extra_body else ""
-        return (f"openai:{self.base_url}|model={self.model}|tokenizer={self.tokenizer_identity}"
+        return (f"openai:{strip_credentials(self.base_url)}|model={self.model}|tokenizer={self.tokenizer_identity}"
                 f"|max_length={self.max_length}|scoring={self.scoring}" + (f"|extra={extra}" if extra else ""))
 
     def config_record(self) -> dict:

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 
 import httpx
 
+from proctor.backends.redact import redact, redact_url, url_password
 from proctor.errors import UserError
 
 T = TypeVar("T")
@@ -51,6 +52,8 @@ class CompletionsClient:
         concurrency: int = 8, retry: RetryPolicy = RetryPolicy(),
     ):
         self.url = base_url.rstrip("/") + "/completions"
+        self.shown_url = redact_url(self.url)  # what messages name: no password
+        self._secrets = (api_key, url_password(self.url))
         self.retry = retry
         self.concurrency = concurrency
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -58,7 +61,7 @@ class CompletionsClient:
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="proctor-openai")
 
     def __repr__(self) -> str:
-        return f"CompletionsClient({self.url!r})"
+        return f"CompletionsClient({self.shown_url!r})"
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -99,8 +102,16 @@ class CompletionsClient:
 
     def post(self, body: dict, *, retries: Optional[int] = None) -> dict:
         """The server's JSON reply to one completions request, retrying transient failures
-        (`retries` times, the policy's by default)."""
-        retries = self.retry.retries if retries is None else retries
+        (`retries` times, the policy's by default). No message it raises holds the API key or
+        the URL's password, even where the server echoes them back."""
+        try:
+            return self._post(body, self.retry.retries if retries is None else retries)
+        except ServerRejected as e:
+            raise ServerRejected(e.status, redact(str(e), self._secrets)) from None
+        except UserError as e:
+            raise UserError(redact(str(e), self._secrets)) from None
+
+    def _post(self, body: dict, retries: int) -> dict:
         for attempt in range(retries + 1):
             try:
                 response = self._http.post(self.url, json=body)

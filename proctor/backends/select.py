@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from proctor.backends.redact import redact_url
 from proctor.errors import UserError
 
 BACKENDS = ("hf", "llamacpp", "openai", "vllm")
@@ -26,7 +27,7 @@ class BackendOptions:
     threads: Optional[int] = None           # llamacpp
     vllm_for_mc: bool = False               # vllm: OLMES single-token fast path
     tensor_parallel_size: int = 1           # vllm
-    gpu_memory_utilization: float = 0.9     # vllm
+    gpu_memory_utilization: Optional[float] = None  # vllm (default 0.9)
 
 
 def _refuse(options: BackendOptions, **given: Any) -> None:
@@ -36,8 +37,9 @@ def _refuse(options: BackendOptions, **given: Any) -> None:
             raise UserError(f"--{flag.replace('_', '-')} does not apply to --backend {options.backend}")
 
 
-def open_backend(options: BackendOptions) -> Any:
-    """The loaded backend (UserError for an unknown backend or options of another backend)."""
+def check_backend_options(options: BackendOptions) -> None:
+    """Everything about the backend options that can be checked without loading anything
+    heavy: options of another backend, the device, where the model is, vLLM's fractions."""
     o = options
     if o.backend not in BACKENDS:
         raise UserError(f"unknown backend {o.backend!r}; choose from {', '.join(BACKENDS)}")
@@ -48,8 +50,30 @@ def open_backend(options: BackendOptions) -> Any:
                 openai_scoring=o.openai_scoring != "auto", openai_extra=o.openai_extra)
     if o.backend != "llamacpp":
         _refuse(o, threads=o.threads)
+    if o.backend != "vllm":
+        _refuse(o, gpu_memory_utilization=o.gpu_memory_utilization is not None)
+    elif o.gpu_memory_utilization is not None and not 0 < o.gpu_memory_utilization <= 1:
+        raise UserError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {o.gpu_memory_utilization}")
     if o.backend != "hf" and o.device not in (None, "cuda" if o.backend == "vllm" else "cpu"):
         raise UserError(f"--device does not apply to --backend {o.backend}")
+    if o.backend == "hf":
+        from proctor.backends.hf import resolve_device
+
+        resolve_device(o.device)
+    if o.backend in ("hf", "vllm"):
+        from proctor.backends.models import check_available
+
+        check_available(o.model)
+    elif o.backend == "llamacpp":
+        from proctor.backends.sources import resolve_source
+
+        resolve_source(o.model)
+
+
+def open_backend(options: BackendOptions) -> Any:
+    """The loaded backend (UserError for an unknown backend or options of another backend)."""
+    o = options
+    check_backend_options(o)
     if o.backend == "hf":
         from proctor.backends.hf import load_backend
 
@@ -70,7 +94,7 @@ def open_backend(options: BackendOptions) -> Any:
 
     return load_vllm_backend(o.model, dtype=o.dtype, max_length=o.max_length, vllm_for_mc=o.vllm_for_mc,
                              tensor_parallel_size=o.tensor_parallel_size,
-                             gpu_memory_utilization=o.gpu_memory_utilization, seed=o.seed)
+                             gpu_memory_utilization=o.gpu_memory_utilization or 0.9, seed=o.seed)
 
 
 def backend_record(backend: Any, options: BackendOptions) -> dict:
@@ -79,5 +103,5 @@ def backend_record(backend: Any, options: BackendOptions) -> dict:
     if hasattr(backend, "config_record"):
         record.update(backend.config_record())
     if options.base_url:
-        record["base_url"] = options.base_url
+        record["base_url"] = redact_url(options.base_url)
     return record

@@ -39,6 +39,9 @@ class ModelSource:
 
 def resolve_source(model: str) -> ModelSource:
     """Classify `model`; raise UserError (one line) for unknown aliases and bad paths."""
+    if not model.strip():
+        raise UserError(f"the model name is empty; pass a hub id, a local directory, a .gguf file or an alias "
+                        f"({', '.join(sorted(ALIASES))})")
     if model in ALIASES:
         return ModelSource("gguf", str(_alias_gguf(model)), model)
     path = Path(model).expanduser()
@@ -99,6 +102,14 @@ def sampled_digest(path: Path) -> str:
 
 def directory_identity(directory: Path) -> str:
     """A short hash over config, tokenizer files and sampled weight files of a model dir."""
+    try:
+        return _directory_identity(directory)
+    except OSError as e:
+        raise UserError(f"cannot read model directory {directory}: {e.strerror or e} "
+                        f"({e.filename or directory})") from None
+
+
+def _directory_identity(directory: Path) -> str:
     parts: dict[str, str] = {}
     for name in ("config.json", *_TOKENIZER_FILES):
         if (directory / name).is_file():

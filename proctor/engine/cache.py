@@ -6,18 +6,33 @@ tables.
 The fingerprint identifies the model, dtype, device type, max_length and tokenization
 policy; the request key identifies the work. The first stored result for a key wins
 (`INSERT OR IGNORE`), so a result once persisted never changes under a later run.
+
+Every row carries a checksum of its fingerprint, key and values: a row changed outside
+proctor (or torn by a broken disk) no longer matches, is dropped and recomputed, and
+counted in `tampered`. A file that is not a proctor cache, is corrupt, or cannot be
+written is a one-line `UserError` saying what to do; results committed before a failure
+(a full disk, a kill) stay in the file.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import sqlite3
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
+from proctor.errors import UserError
 from proctor.requests import GenerateResult, Generation, LoglikelihoodResult
 
+APPLICATION_ID = 0x70726F63  # "proc": marks the file as a proctor cache
+_COLUMNS = {
+    "loglikelihood": ("fingerprint", "key", "sum_logits", "num_tokens", "is_greedy", "checksum"),
+    "generation": ("fingerprint", "key", "samples", "checksum"),
+}
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS loglikelihood (
     fingerprint TEXT NOT NULL,
@@ -25,17 +40,24 @@ CREATE TABLE IF NOT EXISTS loglikelihood (
     sum_logits REAL NOT NULL,
     num_tokens INTEGER NOT NULL,
     is_greedy INTEGER NOT NULL,
+    checksum INTEGER,
     PRIMARY KEY (fingerprint, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS generation (
     fingerprint TEXT NOT NULL,
     key TEXT NOT NULL,
     samples TEXT NOT NULL,
+    checksum INTEGER,
     PRIMARY KEY (fingerprint, key)
 ) WITHOUT ROWID;
 """
 _CHUNK = 500  # stays under SQLite's host-parameter limit
 _TIMEOUT = 60.0  # seconds a connection waits for another process's lock
+
+
+def _checksum(*values: object) -> int:
+    digest = hashlib.blake2b(repr(values).encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _enable_wal(db: sqlite3.Connection) -> None:
@@ -58,53 +80,144 @@ class ResultCache:
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), timeout=_TIMEOUT)
-        _enable_wal(self._db)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.commit()
+        self.tampered = 0  # rows whose checksum failed: dropped and recomputed
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot use {self.path.parent} for the result cache ({e.strerror or e}); "
+                            "set PROCTOR_CACHE_DIR to a writable directory") from None
+        if self.path.exists() and not self.path.is_file():
+            raise UserError(f"the result cache {self.path} is not a file; move it away or set "
+                            "PROCTOR_CACHE_DIR to another directory")
+        with self._guard("open"):
+            self._db = sqlite3.connect(str(self.path), timeout=_TIMEOUT)
+            _enable_wal(self._db)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._prepare_schema()
+
+    @contextmanager
+    def _guard(self, doing: str) -> Iterator[None]:
+        """SQLite's failures as one line saying what to do about them."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            raise self._failure(doing, e) from None
+        except OSError as e:  # the WAL or shm file
+            raise self._failure(doing, e) from None
+
+    def _failure(self, doing: str, e: Exception) -> UserError:
+        text = str(e)
+        where = self.path
+        code = getattr(e, "sqlite_errorname", "")
+        if "full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return UserError(f"cannot store results in the result cache {where}: the disk is full; results "
+                             "finished so far are kept there: free space and rerun the same command")
+        if code.startswith("SQLITE_IOERR") and doing == "store results":  # a file size limit shows as this
+            return UserError(f"cannot store results in the result cache {where} ({text}: the disk is full "
+                             "or failing); results finished so far are kept there: free space and rerun the "
+                             "same command")
+        if "readonly" in text or "read-only" in text or "unable to open" in text or isinstance(e, PermissionError):
+            return UserError(f"cannot write the result cache {where} ({text}); make it writable or set "
+                             "PROCTOR_CACHE_DIR to a writable directory")
+        if "locked" in text or "busy" in text:
+            return UserError(f"the result cache {where} stayed locked by another process for {_TIMEOUT:.0f} s "
+                             "while trying to " + doing + "; rerun when the other run is done")
+        return UserError(f"the result cache {where} is unusable ({text}); move it aside (mv {where} "
+                         f"{where}.bad) to start a new one, or set PROCTOR_CACHE_DIR to another directory")
+
+    def _prepare_schema(self) -> None:
+        db = self._db
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        (app,) = db.execute("PRAGMA application_id").fetchone()
+        if tables and app != APPLICATION_ID and not tables <= set(_COLUMNS):
+            raise UserError(f"{self.path} is an SQLite file of another program, not a proctor result cache; "
+                            "set PROCTOR_CACHE_DIR to another directory")
+        with db:
+            for table in tables & set(_COLUMNS):
+                columns = tuple(row[1] for row in db.execute(f"PRAGMA table_info({table})"))
+                if columns == _COLUMNS[table][:-1]:
+                    self._add_checksums(table)  # a cache of an earlier proctor
+                elif columns != _COLUMNS[table]:
+                    raise UserError(f"the result cache {self.path} has an unknown layout (table {table}: "
+                                    f"{', '.join(columns)}); move it aside (mv {self.path} {self.path}.bad) "
+                                    "to start a new one, or set PROCTOR_CACHE_DIR to another directory")
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+
+    def _add_checksums(self, table: str) -> None:
+        self._db.execute(f"ALTER TABLE {table} ADD COLUMN checksum INTEGER")
+        rows = list(self._db.execute(f"SELECT * FROM {table}"))
+        self._db.executemany(f"UPDATE {table} SET checksum = ? WHERE fingerprint = ? AND key = ?",
+                             [(_checksum(*row[:-1]), row[0], row[1]) for row in rows])
 
     def get_many(self, fingerprint: str, keys: Iterable[str]) -> dict[str, LoglikelihoodResult]:
-        rows = self._select("key, sum_logits, num_tokens, is_greedy", "loglikelihood", fingerprint, keys)
+        rows = self._select("key, sum_logits, num_tokens, is_greedy, checksum", "loglikelihood", fingerprint, keys)
         return {key: LoglikelihoodResult(s, n, bool(g)) for key, s, n, g in rows}
 
     def put_many(self, fingerprint: str, results: Mapping[str, LoglikelihoodResult]) -> None:
         """Store and commit in one transaction: after this returns the results survive a kill."""
-        with self._db:
-            self._db.executemany(
-                "INSERT OR IGNORE INTO loglikelihood VALUES (?, ?, ?, ?, ?)",
-                [(fingerprint, k, r.sum_logits, r.num_tokens, int(r.is_greedy)) for k, r in results.items()],
-            )
+        # + 0.0: SQLite reads -0.0 back as 0.0, and the checksum must match what it reads
+        rows = [(fingerprint, k, float(r.sum_logits) + 0.0, int(r.num_tokens), int(r.is_greedy))
+                for k, r in results.items()]
+        with self._guard("store results"), self._db:
+            self._db.executemany("INSERT OR IGNORE INTO loglikelihood VALUES (?, ?, ?, ?, ?, ?)",
+                                 [(*row, _checksum(*row)) for row in rows])
 
     def get_generations(self, fingerprint: str, keys: Iterable[str]) -> dict[str, GenerateResult]:
-        rows = self._select("key, samples", "generation", fingerprint, keys)
-        return {key: GenerateResult(tuple(Generation(*x) for x in json.loads(samples))) for key, samples in rows}
+        found = {}
+        for key, samples in self._select("key, samples, checksum", "generation", fingerprint, keys):
+            try:
+                found[key] = GenerateResult(tuple(Generation(*x) for x in json.loads(samples)))
+            except (ValueError, TypeError):  # a checksum collision on garbage: as good as tampered
+                self._drop("generation", fingerprint, [key])
+        return found
 
     def _select(self, columns: str, table: str, fingerprint: str, keys: Iterable[str]) -> Iterator[tuple]:
-        """Rows of `table` stored under `fingerprint` for `keys`, in chunks of `_CHUNK` keys."""
+        """Rows of `table` stored under `fingerprint` for `keys` (chunks of `_CHUNK` keys), without
+        their checksum; a row whose checksum fails is dropped from the file and not returned."""
         keys = list(keys)
-        for i in range(0, len(keys), _CHUNK):
-            chunk = keys[i:i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            yield from self._db.execute(
-                f"SELECT {columns} FROM {table} WHERE fingerprint = ? AND key IN ({marks})",
-                [fingerprint, *chunk],
-            )
+        bad: list[str] = []
+        with self._guard("read results"):
+            for i in range(0, len(keys), _CHUNK):
+                chunk = keys[i:i + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                for row in self._db.execute(
+                        f"SELECT {columns} FROM {table} WHERE fingerprint = ? AND key IN ({marks})",
+                        [fingerprint, *chunk]).fetchall():
+                    *values, check = row
+                    if check != _checksum(fingerprint, *values):
+                        bad.append(values[0])
+                    else:
+                        yield tuple(values)
+        if bad:
+            self._drop(table, fingerprint, bad)
+
+    def _drop(self, table: str, fingerprint: str, keys: list[str]) -> None:
+        self.tampered += len(keys)
+        with self._guard("drop damaged results"), self._db:
+            self._db.executemany(f"DELETE FROM {table} WHERE fingerprint = ? AND key = ?",
+                                 [(fingerprint, k) for k in keys])
 
     def put_generations(self, fingerprint: str, results: Mapping[str, GenerateResult]) -> None:
         """Store and commit whole requests (every sample) in one transaction."""
-        with self._db:
-            self._db.executemany(
-                "INSERT OR IGNORE INTO generation VALUES (?, ?, ?)",
-                [(fingerprint, k, _samples_json(r)) for k, r in results.items()],
-            )
+        rows = [(fingerprint, k, _samples_json(r)) for k, r in results.items()]
+        with self._guard("store results"), self._db:
+            self._db.executemany("INSERT OR IGNORE INTO generation VALUES (?, ?, ?, ?)",
+                                 [(*row, _checksum(*row)) for row in rows])
 
     def count(self, fingerprint: str) -> int:
-        (n,) = self._db.execute(
-            "SELECT COUNT(*) FROM loglikelihood WHERE fingerprint = ?", (fingerprint,)
-        ).fetchone()
+        with self._guard("count results"):
+            (n,) = self._db.execute(
+                "SELECT COUNT(*) FROM loglikelihood WHERE fingerprint = ?", (fingerprint,)
+            ).fetchone()
         return n
+
+    def tampered_warning(self) -> list[str]:
+        """The run's warning when rows failed their checksum (empty when none did)."""
+        if not self.tampered:
+            return []
+        return [f"{self.tampered} cached results in {self.path} failed their checksum (changed outside "
+                "proctor or damaged) and were recomputed"]
 
     def close(self) -> None:
         self._db.close()

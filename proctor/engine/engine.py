@@ -105,6 +105,8 @@ class Engine:
         self.cache = cache
         self.progress = progress
         self.policy = TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
+        # request key -> context tokens left truncation cut (to --max-length); scoring warns
+        self.truncated: dict[str, int] = {}
         self.share_prefixes = bool(getattr(backend, "shares_prefixes", False))
         self.stats = EngineStats()
         self._last_prefix: tuple[int, ...] = ()
@@ -122,9 +124,15 @@ class Engine:
         return self._plan(plain, RollingWork.expand(self.policy, rolling))
 
     def _plan(self, plain: dict[str, Loglikelihood], work: RollingWork) -> list[Batch]:
-        found = self.policy.windows([(r.context, r.continuation) for r in plain.values()])
+        found = self._windows(plain)
         windows = [*zip(plain, found), *work.windows.items()]
         return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
+
+    def _windows(self, plain: dict[str, Loglikelihood]) -> list:
+        """Each request's window; notes in `truncated` the ones left truncation cut."""
+        found = self.policy.windows([(r.context, r.continuation) for r in plain.values()])
+        self.truncated.update((k, w.dropped) for k, w in zip(plain, found) if w.dropped)
+        return found
 
     def started_at(self, fallback: float) -> float:
         """When the last `run` started (the evaluation's start), else `fallback`."""
@@ -154,6 +162,8 @@ class Engine:
             progress.advance(len(pool.known))
             if len(pool.known) < len(unique):
                 completed = self._compute(plain, rolling, pool, progress, started)
+            else:
+                self._windows(plain)  # only to note truncation, as a run that computes does
             advanced = len(pool.known)  # what this rank held or computed
             results = pool.merge(lambda received: self._store_received(received, plain))
             results.update(completed)

@@ -71,10 +71,11 @@ def run_generation(engine: "Engine", requests: Sequence[Generate]) -> list[Gener
     progress = Progress(len(unique), enabled=engine.progress, description="generate")
     progress.advance(len(pool.known))
     try:
+        keys = list(unique)
+        contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
+        engine.truncated.update((k, c.dropped) for k, c in zip(keys, contexts) if c.dropped)
         if len(pool.known) < len(unique):
-            keys = list(unique)
-            contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
-            batches = plan_generation([(k, unique[k], c) for k, c in zip(keys, contexts)],
+            batches = plan_generation([(k, unique[k], c.tokens) for k, c in zip(keys, contexts)],
                                       generation_limits(engine), engine.seed)
             stats.gen_batches = len(batches)
             runner = _Runner(engine, unique, fingerprints, pool, progress)

@@ -78,6 +78,7 @@ class Window:
     inputs: tuple[int, ...]        # model input, at most max_length tokens
     start: int                     # position whose next-token distribution scores targets[0]
     targets: tuple[int, ...]       # the continuation tokens, scored at start, start+1, ...
+    dropped: int = 0               # context tokens left truncation cut off
 
 
 def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
@@ -101,9 +102,12 @@ def window(pair: EncodedPair, max_length: int) -> Window:
     """Left-truncate context+continuation to `max_length` inputs, as lm-eval does."""
     n_cont = len(pair.continuation)
     if n_cont > max_length:
-        raise ValueError(f"continuation of {n_cont} tokens exceeds max_length={max_length}")
-    inputs = (pair.context + pair.continuation)[-(max_length + 1):][:-1]
-    return Window(inputs=inputs, start=len(inputs) - n_cont, targets=pair.continuation)
+        raise UserError(f"a continuation of {n_cont} tokens does not fit in max_length={max_length}; "
+                        f"raise --max-length to at least {n_cont}")
+    whole = pair.context + pair.continuation
+    inputs = whole[-(max_length + 1):][:-1]
+    return Window(inputs=inputs, start=len(inputs) - n_cont, targets=pair.continuation,
+                  dropped=max(0, len(whole) - 1 - max_length))
 
 
 def rolling_windows(tokens: Sequence[int], prefix_token: int, max_length: int) -> list[Window]:
@@ -187,17 +191,25 @@ class TokenizationPolicy:
             out.extend(rolling_windows(encoded[t], self.prefix_token_id, self.max_length) for t in chunk)
         return out
 
-    def generation_contexts(self, requests: Sequence[tuple[str, int]]) -> list[tuple[int, ...]]:
+    def generation_contexts(self, requests: Sequence[tuple[str, int]]) -> list[GenerationContext]:
         """Model input tokens of (context, max_gen_toks) pairs, left-truncated to leave room."""
-        out: list[tuple[int, ...]] = []
+        out: list[GenerationContext] = []
         for i in range(0, len(requests), _ENCODE_CHUNK):
             chunk = requests[i : i + _ENCODE_CHUNK]
             encoded = self._encode_texts([c for c, _ in chunk])
             for context, max_gen_toks in chunk:
                 room = context_room(self.max_length, max_gen_toks)
                 tokens = encoded[context] or (self.prefix_token_id,)
-                out.append(tokens[-room:])
+                out.append(GenerationContext(tokens[-room:], max(0, len(tokens) - room)))
         return out
+
+
+@dataclass(frozen=True)
+class GenerationContext:
+    """What a generation request's model input is, and how many context tokens truncation cut."""
+
+    tokens: tuple[int, ...]
+    dropped: int = 0
 
 
 def context_room(max_length: int, max_gen_toks: int) -> int:

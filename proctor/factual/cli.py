@@ -88,7 +88,17 @@ def model_name(model: str, name: Optional[str]) -> str:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if getattr(args, "output_dir", None) is not None:
+        _check_output_dir(Path(args.output_dir))  # before any bank, data or model work
     return STEPS[args.step](args)
+
+
+def _check_output_dir(out: Path) -> None:
+    from proctor.outputs.owned import check_writable_parent
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output-dir {out} exists and is not a directory; choose a directory path")
+    check_writable_parent(out / "scored", "--output-dir")
 
 
 def _bank(args: argparse.Namespace):
@@ -104,7 +114,9 @@ def _csv(value: Optional[str]) -> Optional[list[str]]:
 def cmd_bank(args: argparse.Namespace) -> int:
     from proctor.data import resolve_data_dir
     from proctor.factual.bank import build_bank, write_bank
+    from proctor.outputs.owned import check_output_file
 
+    check_output_file(Path(args.output))
     data_dir = resolve_data_dir(args.data_dir)
     if data_dir is None:
         raise UserError("building a bank needs the factual sources on disk: pass --data-dir or set "
@@ -183,7 +195,7 @@ def cmd_score(args: argparse.Namespace, bank=None) -> int:
     from proctor.factual.report import print_summary
     from proctor.factual.score import score_generations, summaries
     from proctor.factual.validate import read_jsonl
-    from proctor.outputs.atomic import atomic_write_text
+    from proctor.outputs.owned import check_output_file, write_owned_file
     from proctor.outputs.run_dir import jsonl_text
 
     bank = bank or _bank(args)
@@ -196,10 +208,13 @@ def cmd_score(args: argparse.Namespace, bank=None) -> int:
     models = {r["model"] for r in scored if r["model"]}
     name = model_name(args.generations, args.name or (models.pop() if len(models) == 1 else None))
     out = _scored_path(args, name)
+    summary_path = out.with_name(f"{name}.summary.json")
+    for path in (out, summary_path):  # refuse before writing either
+        check_output_file(path)
     summary = {"model": name, "bank_version": bank.version, "generations": str(args.generations),
                **summaries(scored)}
-    atomic_write_text(out, jsonl_text(scored))
-    atomic_write_text(out.with_name(f"{name}.summary.json"), json.dumps(summary, indent=2) + "\n")
+    write_owned_file(out, jsonl_text(scored).encode())
+    write_owned_file(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
     print_summary(summary)
     print(f"wrote {out} and {out.with_name(f'{name}.summary.json')}")
     return 0
@@ -225,16 +240,17 @@ def cmd_metrics(args: argparse.Namespace, bank=None) -> int:
     from proctor.factual.metrics import factual_metrics
     from proctor.factual.report import print_metrics
     from proctor.factual.validate import read_jsonl
-    from proctor.outputs.atomic import atomic_write_text
+    from proctor.outputs.owned import check_output_file, write_owned_file
 
     bank = bank or _bank(args)
     name = model_name(args.name, None)
+    out = Path(args.output_dir) / "metrics" / f"{name}.json"
+    check_output_file(out)
     scored = [row for row in read_jsonl(_scored_path(args, name))]
     hidden = load_hidden(_hidden_dir(args, name))
     result = factual_metrics(bank, scored, hidden, model=name, bootstrap=args.bootstrap,
                              kts_layer=args.kts_layer, source=str(_scored_path(args, name)))
-    out = Path(args.output_dir) / "metrics" / f"{name}.json"
-    atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+    write_owned_file(out, (json.dumps(result, indent=2) + "\n").encode())
     print_metrics(result)
     print(f"wrote {out}")
     return 0

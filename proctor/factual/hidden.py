@@ -108,6 +108,9 @@ def extract_hidden(
     previous = _previous_index(out_dir, index)
     if previous is not None and previous.complete:
         return previous
+    if previous is None and out_dir.is_dir() and any(out_dir.iterdir()):
+        raise UserError(f"{out_dir} holds files but no hidden-state index; proctor never replaces "
+                        "files it did not write: use a fresh output directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     arrays = _open_arrays(out_dir, index) if previous is not None else None
     if arrays is None:  # no earlier run, or its files are unusable: start this directory over

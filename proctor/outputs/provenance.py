@@ -8,13 +8,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
-import proctor
+from proctor.version import VERSION
 
 LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "numpy", "pyarrow", "gguf")
 
 
 def library_versions() -> dict[str, Optional[str]]:
-    versions: dict[str, Optional[str]] = {"python": platform.python_version(), "proctor": proctor.__version__}
+    versions: dict[str, Optional[str]] = {"python": platform.python_version(), "proctor": VERSION}
     for name in LIBRARIES:
         try:
             versions[name] = metadata.version(name)
@@ -25,7 +25,7 @@ def library_versions() -> dict[str, Optional[str]]:
 
 def code_git_state() -> dict[str, Optional[object]]:
     """The commit proctor's source was checked out at, and whether it had local changes."""
-    root = Path(proctor.__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> Optional[str]:
         try:

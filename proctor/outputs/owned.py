@@ -1,0 +1,173 @@
+"""What proctor wrote, so that it replaces only its own files and never a user's.
+
+Every output directory proctor fills carries a manifest (`.proctor-manifest.json`) with
+the sha256 of each file it wrote there. A path may be replaced only when it is proctor's
+and unchanged since: a run directory whose every file its manifest lists (nothing added,
+nothing edited), or a single file listed in its directory's manifest. Anything else
+that already stands at an output path is refused with a message saying why.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+from proctor.errors import UserError
+
+MANIFEST = ".proctor-manifest.json"
+FORMAT = "proctor-manifest/1"
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(directory: Path) -> Optional[dict[str, str]]:
+    """relative path -> sha256 of what proctor wrote in `directory`; None without a valid manifest."""
+    path = directory / MANIFEST
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("files"), dict):
+        return None
+    files = data["files"]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
+
+
+def manifest_text(files: dict[str, str]) -> str:
+    return json.dumps({"format": FORMAT, "files": dict(sorted(files.items()))}, indent=1) + "\n"
+
+
+def tree_digests(directory: Path) -> dict[str, str]:
+    """sha256 of every regular file under `directory` (the manifest itself left out)."""
+    found = {}
+    for path in sorted(directory.rglob("*")):
+        rel = path.relative_to(directory).as_posix()
+        if path.is_file() and not path.is_symlink() and rel != MANIFEST:
+            found[rel] = file_digest(path)
+    return found
+
+
+def foreign_entry(directory: Path) -> Optional[str]:
+    """The first entry under `directory` that proctor's manifest does not vouch for
+    (a file it did not write, one changed since, a link, an extra directory); None when
+    the whole directory is proctor's. An empty directory holds nothing foreign."""
+    entries = sorted(directory.rglob("*"))
+    if not entries:
+        return None
+    files = read_manifest(directory)
+    if files is None:
+        return entries[0].relative_to(directory).as_posix()
+    parents = {p for rel in files for p in Path(rel).parents}
+    for path in entries:
+        rel = path.relative_to(directory).as_posix()
+        if rel == MANIFEST:
+            continue
+        if path.is_symlink() or not (path.is_file() or path.is_dir()):
+            return rel
+        if path.is_dir():
+            if Path(rel) not in parents:
+                return rel
+        elif files.get(rel) != file_digest(path):
+            return rel
+    return None
+
+
+def check_writable_parent(path: Path, what: str) -> None:
+    """The nearest existing ancestor of `path` is a directory this process can create entries in.
+
+    Tried for real (a temporary directory made and removed): permission bits say
+    nothing for root, and a read-only file system or a full disk only shows on trying.
+    """
+    ancestor = path.parent
+    while not ancestor.exists():
+        if ancestor.is_symlink():  # a dangling link: mkdir would fail on it
+            break
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"{what} {path} cannot be created: {ancestor} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(dir=ancestor, prefix=".proctor-probe-"))
+    except OSError as e:
+        raise UserError(f"{what} {path} cannot be created: cannot write in {ancestor} "
+                        f"({e.strerror or e}); choose another path") from None
+
+
+def check_output_dir(final: Path, *, overwrite: bool, option: str = "--output") -> None:
+    """Refuse, before any work, an output directory that would destroy something.
+
+    New or empty: fine. An earlier proctor output, untouched: replaced only with
+    `--overwrite`. A file, or a directory holding anything proctor did not write: refused.
+    """
+    final = Path(os.path.abspath(final))
+    if final.is_symlink() or (final.exists() and not final.is_dir()):
+        raise UserError(f"{option} {final} exists and is not a directory; choose a new path")
+    if final.is_dir():
+        if final == Path.cwd() or final in Path.cwd().parents:
+            raise UserError(f"{option} {final} is the current directory or holds it; choose a new path")
+        foreign = foreign_entry(final)
+        if foreign is not None:
+            raise UserError(
+                f"{option} {final} already holds files proctor did not write (or that were changed "
+                f"since), e.g. {foreign}; proctor never replaces them: choose a new path")
+        if any(final.iterdir()) and not overwrite:
+            raise UserError(f"{option} {final} holds an earlier proctor output; pass --overwrite to "
+                            f"replace it, or choose a new path")
+    check_writable_parent(final, option)
+
+
+def check_output_file(path: Path, *, option: str = "--output") -> None:
+    """Refuse a single output file that is not proctor's own, unchanged since it was written."""
+    path = Path(os.path.abspath(path))
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise UserError(f"{option} {path} exists and is not a regular file; choose a new path")
+    if path.exists():
+        files = read_manifest(path.parent) or {}
+        if files.get(path.name) != file_digest(path):
+            raise UserError(f"{option} {path} already exists and proctor did not write it (or it was "
+                            f"changed since); proctor never replaces it: choose a new path")
+    check_writable_parent(path, option)
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Serialise manifest updates of one directory among processes."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None:
+    """Write `path` atomically and record it in its directory's manifest; refuse to replace a
+    file proctor did not write or that changed since."""
+    from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text
+
+    path = Path(os.path.abspath(path))
+    check_output_file(path, option=option)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path.parent):
+        check_output_file(path, option=option)  # again, now that no other proctor can race us
+        files = read_manifest(path.parent)
+        if files is None and (path.parent / MANIFEST).exists():
+            raise UserError(f"{path.parent / MANIFEST} is not a proctor manifest; proctor never "
+                            "replaces it: move it away or choose another output directory")
+        files = dict(files or {})
+        atomic_write_bytes(path, data)
+        files[path.name] = hashlib.sha256(data).hexdigest()
+        atomic_write_text(path.parent / MANIFEST, manifest_text(files))
