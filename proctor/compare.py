@@ -44,18 +44,18 @@ def _read_run(directory: Path) -> dict:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{directory} is not a finished run directory (no metrics.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
 def _predictions(directory: Path, task: str) -> dict[str, dict]:
     path = directory / task_dir_name(task) / "predictions.jsonl"
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = [line for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
         return {row["query_id"]: row for row in map(json.loads, lines)}
     except FileNotFoundError:
         raise UserError(f"{path} is missing; the run directory is incomplete") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
@@ -104,9 +104,14 @@ def compare_task(dir_a: Path, dir_b: Path, task: str, metric: str) -> TaskAgreem
 
 
 def compare_runs(dir_a: Path, dir_b: Path) -> list[TaskAgreement]:
-    """Agreement for every task both runs scored (UserError when they share none)."""
-    tasks_a, tasks_b = _read_run(dir_a)["tasks"], _read_run(dir_b)["tasks"]
-    shared = [t for t in tasks_a if t in tasks_b]
-    if not shared:
-        raise UserError(f"{dir_a} and {dir_b} scored no task in common; run the same specs on both")
-    return [compare_task(dir_a, dir_b, task, tasks_a[task]["primary_metric"]) for task in shared]
+    """Agreement for every task both runs scored (UserError when they share none, or when a
+    file of either run does not have the shape proctor writes)."""
+    try:
+        tasks_a, tasks_b = _read_run(dir_a)["tasks"], _read_run(dir_b)["tasks"]
+        shared = [t for t in tasks_a if t in tasks_b]
+        if not shared:
+            raise UserError(f"{dir_a} and {dir_b} scored no task in common; run the same specs on both")
+        return [compare_task(dir_a, dir_b, task, tasks_a[task]["primary_metric"]) for task in shared]
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a file edited or of another tool
+        raise UserError(f"{dir_a} or {dir_b} is not a proctor run directory as proctor writes it "
+                        f"({type(e).__name__}: {e}); compare two unmodified run directories") from None

@@ -66,3 +66,46 @@ def test_not_a_run_directory(tmp_path, runs, capsys):
     with pytest.raises(UserError, match="share no query_id"):
         (runs[1] / "gsm8k-olmes" / "predictions.jsonl").write_text(json.dumps(gen_row(99, "x", True)) + "\n")
         compare_runs(*runs)
+
+
+# ---- hostile run directories: nothing but the one user-error type escapes ------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+                    max_leaves=12)
+FUZZ_EXAMPLES = 150
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(target=st.sampled_from(["metrics", "predictions"]), value=JSON, raw=st.binary(max_size=64),
+       use_raw=st.booleans())
+def test_a_damaged_run_directory_is_a_user_error(runs, target, value, raw, use_raw):
+    a, b = runs
+    path = a / "metrics.json" if target == "metrics" else a / "mmlu_astronomy-mc-olmes" / "predictions.jsonl"
+    original = path.read_bytes()
+    try:
+        path.write_bytes(raw if use_raw else (json.dumps(value) + "\n").encode())
+        try:
+            compare_runs(a, b)
+        except UserError as e:
+            assert "\n" not in str(e)
+    finally:
+        path.write_bytes(original)
+
+
+def test_a_deeply_nested_metrics_file_is_a_user_error(runs):
+    (runs[0] / "metrics.json").write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(UserError, match="cannot read"):
+        compare_runs(*runs)
+
+
+def test_json_output_never_replaces_a_users_file(runs, tmp_path, capsys):
+    mine = tmp_path / "notes.json"
+    mine.write_text("mine")
+    assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(mine)]) == 2
+    assert "did not write" in capsys.readouterr().err and mine.read_text() == "mine"
+    fresh = tmp_path / "agreement.json"
+    assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(fresh)]) == 0
+    assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(fresh)]) == 0  # its own: replaced
