@@ -183,6 +183,10 @@ def test_prompts_cut_by_max_length_are_warned_about_and_recorded(tiny, data_dir,
     metrics = json.loads((out / "metrics.json").read_text())
     assert any("--max-length 8" in w for w in metrics["warnings"])
     assert any("--max-length 8" in w for w in metrics["tasks"][SPEC]["warnings"])
+    # all cached now: the rerun reports the same without planning again
+    again = run_tiny(tiny, data_dir, "--max-length", "8", "--output", str(tmp_path / "again"), cache=tmp_path / "c")
+    assert "2 of 2 documents did not fit in --max-length 8" in again.stderr
+    assert json.loads((tmp_path / "again" / "metrics.json").read_text())["warnings"] == metrics["warnings"]
     # the same run with room for the prompts warns about nothing
     done = run_tiny(tiny, data_dir, "--output", str(tmp_path / "full"), cache=tmp_path / "c")
     assert "did not fit" not in done.stderr

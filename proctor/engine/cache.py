@@ -1,7 +1,7 @@
 """Resume cache: finished results in SQLite, keyed by (fingerprint, request key).
 
-Loglikelihood results and generations (all samples of a request, as JSON) live in two
-tables.
+Loglikelihood results, generations (all samples of a request, as JSON) and how many
+context tokens left truncation cut from a request live in three tables.
 
 The fingerprint identifies the model, dtype, device type, max_length and tokenization
 policy; the request key identifies the work. The first stored result for a key wins
@@ -32,6 +32,7 @@ APPLICATION_ID = 0x70726F63  # "proc": marks the file as a proctor cache
 _COLUMNS = {
     "loglikelihood": ("fingerprint", "key", "sum_logits", "num_tokens", "is_greedy", "checksum"),
     "generation": ("fingerprint", "key", "samples", "checksum"),
+    "truncation": ("fingerprint", "key", "dropped", "checksum"),
 }
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS loglikelihood (
@@ -47,6 +48,13 @@ CREATE TABLE IF NOT EXISTS generation (
     fingerprint TEXT NOT NULL,
     key TEXT NOT NULL,
     samples TEXT NOT NULL,
+    checksum INTEGER,
+    PRIMARY KEY (fingerprint, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS truncation (
+    fingerprint TEXT NOT NULL,
+    key TEXT NOT NULL,
+    dropped INTEGER NOT NULL,
     checksum INTEGER,
     PRIMARY KEY (fingerprint, key)
 ) WITHOUT ROWID;
@@ -204,6 +212,17 @@ class ResultCache:
         with self._guard("store results"), self._db:
             self._db.executemany("INSERT OR IGNORE INTO generation VALUES (?, ?, ?, ?)",
                                  [(*row, _checksum(*row)) for row in rows])
+
+    def put_truncated(self, fingerprint: str, dropped: Mapping[str, int]) -> None:
+        """Context tokens left truncation cut from requests, noted when they are planned, so
+        a later run that finds them all cached can report them without tokenizing again."""
+        rows = [(fingerprint, k, int(n)) for k, n in dropped.items()]
+        with self._guard("store results"), self._db:
+            self._db.executemany("INSERT OR IGNORE INTO truncation VALUES (?, ?, ?, ?)",
+                                 [(*row, _checksum(*row)) for row in rows])
+
+    def get_truncated(self, fingerprint: str, keys: Iterable[str]) -> dict[str, int]:
+        return dict(self._select("key, dropped, checksum", "truncation", fingerprint, keys))
 
     def count(self, fingerprint: str) -> int:
         with self._guard("count results"):

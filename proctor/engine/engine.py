@@ -162,8 +162,10 @@ class Engine:
             progress.advance(len(pool.known))
             if len(pool.known) < len(unique):
                 completed = self._compute(plain, rolling, pool, progress, started)
+            elif self.cache is not None:  # noted when these were planned
+                self.truncated.update(self.cache.get_truncated(fingerprint, plain))
             else:
-                self._windows(plain)  # only to note truncation, as a run that computes does
+                self._windows(plain)
             advanced = len(pool.known)  # what this rank held or computed
             results = pool.merge(lambda received: self._store_received(received, plain))
             results.update(completed)
@@ -184,6 +186,8 @@ class Engine:
         # plan on the FULL request set so a resumed run cuts the same batches
         work = RollingWork.expand(self.policy, rolling)
         batches = self._plan(plain, work)
+        if self.cache is not None:
+            self.cache.put_truncated(fingerprint, {k: self.truncated[k] for k in plain if k in self.truncated})
         self.stats.plan_seconds = time.perf_counter() - started
         self.stats.rolling_chunks = len(work.windows)
         self.stats.rows = sum(len(b.rows) for b in batches)
