@@ -239,3 +239,8 @@ def test_factual_bank_output_never_replaces_a_users_file(tmp_path, data_dir):
     done = proctor("factual", "bank", "--data-dir", str(data_dir), "--output", str(tmp_path / "bank.jsonl"))
     assert_user_error(done, "bank.jsonl", "did not write")
     assert (tmp_path / "bank.jsonl").read_text() == "my own notes\n"
+    ours = tmp_path / "ours.jsonl"
+    for _ in range(2):  # the second build replaces proctor's own, unchanged bank
+        done = proctor("factual", "bank", "--data-dir", str(data_dir), "--output", str(ours),
+                       "--facts-per-relation", "1", "--sources", "rome")
+        assert done.returncode == 0, done.stderr

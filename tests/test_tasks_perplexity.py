@@ -162,11 +162,11 @@ def test_cli_end_to_end_on_real_c4_documents(tiny, data_dir, tmp_path, monkeypat
     assert second["tasks"]["c4_en::bpb"]["metrics"] == task["metrics"]
 
 
-def test_missing_c4_data_is_one_user_error(tmp_path, capsys):
+def test_missing_c4_data_is_one_user_error(tiny, tmp_path, capsys):
     empty = tmp_path / "data"
     empty.mkdir()
     out = tmp_path / "run"
-    code = main(["run", "--model", "no-such-model-is-loaded", "--tasks", "c4_en::bpb",
+    code = main(["run", "--model", str(tiny), "--tasks", "c4_en::bpb",
                  "--data-dir", str(empty), "--output", str(out)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err

@@ -33,10 +33,12 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Union
 
+from proctor.data.readers import parse_json
 from proctor.data.sources import resolve_data_dir
 from proctor.errors import UserError, check_positive_int
 
@@ -89,19 +91,15 @@ def _json_rows(path: Path) -> Iterator[tuple[str, dict]]:
     opener = gzip.open if path.name.endswith(".gz") else open
     lineno = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
+        # "utf-8-sig": a leading byte-order mark is dropped; text mode splits lines at
+        # "\n" / "\r" only (not at U+2028 or U+0085, as str.splitlines would)
+        with opener(path, "rt", encoding="utf-8-sig") as f:
             for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise UserError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno}); "
-                                    "expected one JSON object per line") from None
-                yield f"{path}:{lineno}", row
+                if line.strip():
+                    yield f"{path}:{lineno}", parse_json(line, path, lineno)
     except UnicodeDecodeError:
         raise UserError(f"{path}:{lineno + 1}: not valid UTF-8 text; re-save the file as UTF-8") from None
-    except (OSError, EOFError) as e:  # unreadable, or a truncated / not-really-gzip file
+    except (OSError, EOFError, zlib.error) as e:  # unreadable, or a truncated / not-really-gzip file
         raise UserError(f"cannot read {path} ({e}); replace it with a complete copy") from None
 
 
@@ -131,8 +129,9 @@ def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
 
 
 def _documents(rows: Iterable[tuple[str, dict]], id_field: str, source: str,
-               num_samples: int) -> list[Document]:
-    """The first `num_samples` rows as documents; every row needs a string `text`."""
+               num_samples: int, origin: object) -> list[Document]:
+    """The first `num_samples` rows as documents; every row needs a string `text`, and
+    `origin` (the files or hub split read) must hold at least one."""
     out = []
     for where, row in itertools.islice(rows, num_samples):
         if not isinstance(row, dict):
@@ -145,7 +144,11 @@ def _documents(rows: Iterable[tuple[str, dict]], id_field: str, source: str,
         native = row.get(id_field)
         out.append(Document(text=text, native_id=str(native) if native is not None else str(len(out)),
                             source=source))
+    if not out:
+        raise UserError(f"{origin}: no documents (the files hold no rows); replace them with "
+                        "complete copies")
     return out
+
 
 
 def _data_files(directory: Path, pattern: str = "*") -> list[Path]:
@@ -169,7 +172,7 @@ def read_local_documents(path: PathLike, num_samples: int, *, source: str,
     else:
         raise UserError(f"document file or directory not found: {path}")
     rows = itertools.chain.from_iterable(_file_rows(f) for f in files)
-    return _documents(rows, id_field, source, num_samples)
+    return _documents(rows, id_field, source, num_samples, path)
 
 
 # ---- the hub -------------------------------------------------------------------------------
@@ -189,7 +192,7 @@ def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: in
     cached = _read_prefix(cache, num_samples)
     if cached is not None:  # read before importing `datasets`: a cached prefix needs no hub
         return _documents([(f"{cache} row {i}", row) for i, row in enumerate(cached)], id_field, source,
-                          num_samples)
+                          num_samples, cache)
     try:
         import datasets
     except ImportError:
@@ -211,7 +214,7 @@ def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: in
         raise UserError(_scrub(f"could not stream {where} from the Hugging Face hub ({reason}); {fix}",
                                token)) from None
     _write_prefix(cache, [{"text": row.get("text"), id_field: row.get(id_field)} for _, row in rows])
-    return _documents(rows, id_field, source, num_samples)
+    return _documents(rows, id_field, source, num_samples, where)
 
 
 def _prefix_cache(dataset: str, name: Optional[str], split: str) -> Path:
@@ -222,11 +225,15 @@ def _prefix_cache(dataset: str, name: Optional[str], split: str) -> Path:
 
 
 def _read_prefix(path: Path, num_samples: int) -> Optional[list[dict]]:
-    """The first `num_samples` cached rows, or None when the cache holds fewer (or none)."""
+    """The first `num_samples` cached rows, or None when the cache holds fewer (or none, or
+    is damaged: it is then streamed again and rewritten)."""
     if not path.is_file():
         return None
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in itertools.islice(f, num_samples)]
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            rows = [json.loads(line) for line in itertools.islice(f, num_samples)]
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError):
+        return None
     return rows if len(rows) == num_samples else None
 
 
@@ -273,8 +280,9 @@ def c4_documents(data_dir: Optional[PathLike], num_samples: int = 1000, *,
     if root is None:
         dataset, name, split = C4_HUB
         return hub_documents(dataset, name, split, num_samples, source="c4_en", id_field="url")
-    rows = itertools.chain.from_iterable(_file_rows(f) for f in c4_local_files(root))
-    return _documents(rows, "url", "c4_en", num_samples)
+    files = c4_local_files(root)
+    rows = itertools.chain.from_iterable(_file_rows(f) for f in files)
+    return _documents(rows, "url", "c4_en", num_samples, ", ".join(map(str, files)))
 
 
 def paloma_local_dir(root: Path, source: str, split: str) -> Path:
@@ -309,4 +317,4 @@ def paloma_documents(source: str, split: str = "val", num_samples: int = 1000,
                              token=token, access_hint=f"Paloma is gated: {PALOMA_ACCESS}")
     directory = paloma_local_dir(root, source, split)
     rows = itertools.chain.from_iterable(_file_rows(f) for f in _data_files(directory))
-    return _documents(rows, "id", source, num_samples)
+    return _documents(rows, "id", source, num_samples, directory)

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from proctor.data import local_code, local_harness
+from proctor.data import rows as checked
+from proctor.data.fields import field, nonempty
 from proctor.data.readers import first_existing, read_csv, read_json, read_jsonl, read_lines
+from proctor.data.rows import HELLASWAG_LABELS, SIQA_LABELS
 from proctor.errors import UserError
 
 Rows = list[dict]
@@ -24,6 +27,7 @@ def _variants(path: Path, *suffixes: str) -> list[Path]:
 # ---- MMLU: mmlu/{dev,val,test}/<subject>_<split>.csv, no header -----------------
 
 _MMLU_DIRS = {"test": "test", "validation": "val", "dev": "dev"}
+_MMLU_ANSWERS = ("A", "B", "C", "D")
 
 
 def mmlu(data_dir: Path, subject: Optional[str], split: str) -> Rows:
@@ -33,16 +37,23 @@ def mmlu(data_dir: Path, subject: Optional[str], split: str) -> Rows:
     path = first_existing(_variants(data_dir / "mmlu" / d / f"{subject}_{d}.csv", ".gz"))
     rows = []
     for line, (question, a, b, c, dd, answer) in read_csv(path, 6):
-        if answer not in ("A", "B", "C", "D"):
+        if answer not in _MMLU_ANSWERS:
             raise UserError(f"{path}:{line}: answer must be A, B, C or D, found {answer!r}")
         rows.append({"question": question, "subject": subject, "choices": [a, b, c, dd],
-                     "answer": "ABCD".index(answer)})
-    return rows
+                     "answer": _MMLU_ANSWERS.index(answer)})
+    return nonempty(rows, path)
 
 
 # ---- SocialIQA: social_i_qa/socialiqa-train-dev/{dev,train}.jsonl + -labels.lst --
+#
+# Row i of the JSONL file goes with label i of the labels file (blank lines skipped in both).
 
 _SIQA_FILES = {"validation": "dev", "train": "train"}
+
+
+def _labels(path: Path) -> list[tuple[int, str]]:
+    """(line number, label) of each non-blank line of a labels file."""
+    return [(i, line.strip()) for i, line in enumerate(read_lines(path), start=1) if line.strip()]
 
 
 def social_i_qa(data_dir: Path, name: Optional[str], split: str) -> Rows:
@@ -52,44 +63,44 @@ def social_i_qa(data_dir: Path, name: Optional[str], split: str) -> Rows:
     stem = _SIQA_FILES[split]
     rows_path = first_existing(_variants(base / f"{stem}.jsonl", ".gz"))
     labels_path = first_existing(_variants(base / f"{stem}-labels.lst", ".gz"))
-    raw, labels = read_jsonl(rows_path), read_lines(labels_path)
+    raw, labels = read_jsonl(rows_path), _labels(labels_path)
     if len(raw) != len(labels):
         raise UserError(f"{labels_path}: has {len(labels)} labels but {rows_path} has "
                         f"{len(raw)} rows (line {min(len(raw), len(labels)) + 1} has no partner)")
     rows = []
-    for i, (row, label) in enumerate(zip(raw, labels)):
-        label = label.strip()
-        if label not in ("1", "2", "3"):
-            raise UserError(f"{labels_path}:{i + 1}: label must be 1, 2 or 3, found {label!r}")
-        try:
-            rows.append({"context": row["context"], "question": row["question"],
-                         "answerA": row["answerA"], "answerB": row["answerB"],
-                         "answerC": row["answerC"], "label": label})
-        except KeyError as e:
-            raise UserError(f"{rows_path}:{i + 1}: missing field {e}") from None
-    return rows
+    for (line, row), (label_line, label) in zip(raw, labels):
+        if label not in SIQA_LABELS:
+            raise UserError(f"{labels_path}:{label_line}: label must be 1, 2 or 3, found {label!r}")
+        rows.append(checked.social_i_qa({**row, "label": label}, f"{rows_path}:{line}: the row"))
+    return nonempty(rows, rows_path)
 
 
 # ---- ARC: ai2_arc/ARC-{Challenge,Easy}/ARC-*-{Train,Dev,Test}.jsonl ------------
+#
+# A file row {id, question: {stem, choices: [{text, label}]}, answerKey} becomes the hub's
+# {id, question, choices: {text, label}, answerKey}.
 
 _ARC_FILES = {"train": "Train", "validation": "Dev", "test": "Test"}
+
+
+def _arc_row(row: dict, where: str) -> dict:
+    choices = field(row, "question.choices", list, where)
+    for i, choice in enumerate(choices):
+        for name in ("text", "label"):
+            field(choice, name, str, f"{where}'s question.choices[{i}]")
+    return checked.ai2_arc({"id": field(row, "id", str, where),
+                            "question": field(row, "question.stem", str, where),
+                            "choices": {"text": [c["text"] for c in choices],
+                                        "label": [c["label"] for c in choices]},
+                            "answerKey": field(row, "answerKey", str, where)}, where)
 
 
 def ai2_arc(data_dir: Path, name: Optional[str], split: str) -> Rows:
     if name not in ("ARC-Challenge", "ARC-Easy") or split not in _ARC_FILES:
         raise UserError(f"ARC has no local config {name!r} / split {split!r}")
     path = first_existing(_variants(data_dir / "ai2_arc" / name / f"{name}-{_ARC_FILES[split]}.jsonl", ".gz"))
-    rows = []
-    for i, row in enumerate(read_jsonl(path)):
-        try:
-            q = row["question"]
-            rows.append({"id": row["id"], "question": q["stem"],
-                         "choices": {"text": [c["text"] for c in q["choices"]],
-                                     "label": [c["label"] for c in q["choices"]]},
-                         "answerKey": row["answerKey"]})
-        except (KeyError, TypeError) as e:
-            raise UserError(f"{path}:{i + 1}: not an ARC row (missing {e})") from None
-    return rows
+    rows = [_arc_row(row, f"{path}:{line}: not an ARC row; the row") for line, row in read_jsonl(path)]
+    return nonempty(rows, path)
 
 
 # ---- HellaSwag: hellaswag/hellaswag_{val,train}_full.txt.bz2 (klosax text form) --
@@ -101,12 +112,26 @@ def ai2_arc(data_dir: Path, name: Optional[str], split: str) -> Rows:
 # lower case (ActivityNet items), else "" (WikiHow items have an empty ctx_b).
 
 _HELLASWAG_FILES = {"validation": "val", "train": "train"}
+_HELLASWAG_ITEM_LINES = 6
 _TRAILING_FRAGMENT = re.compile(r"^(.*[.!?])\s+([a-z][^.!?]*)$", re.S)
 
 
 def split_hellaswag_ctx(ctx: str) -> tuple[str, str]:
     m = _TRAILING_FRAGMENT.match(ctx)
     return (m.group(1), m.group(2)) if m else (ctx, "")
+
+
+def _hellaswag_item(path: Path, start: int, lines: Sequence[str]) -> dict:
+    """The item whose 6 lines begin at 0-based line `start`."""
+    head, gold, *endings = lines
+    label, sep, ctx = head.partition(": ")
+    if not sep:
+        raise UserError(f"{path}:{start + 1}: expected 'activity_label: context'")
+    if gold.strip() not in HELLASWAG_LABELS:
+        raise UserError(f"{path}:{start + 2}: gold label must be 0-3, found {gold!r}")
+    ctx_a, ctx_b = split_hellaswag_ctx(ctx)
+    return {"activity_label": label, "ctx_a": ctx_a, "ctx_b": ctx_b, "ctx": ctx,
+            "endings": list(endings), "label": gold.strip()}
 
 
 def hellaswag(data_dir: Path, name: Optional[str], split: str) -> Rows:
@@ -121,21 +146,12 @@ def hellaswag(data_dir: Path, name: Optional[str], split: str) -> Rows:
                         "add the train file or use the hub (omit --data-dir / PROCTOR_DATA_DIR)")
     path = first_existing(candidates)
     lines = read_lines(path)
-    if len(lines) % 6:
+    if len(lines) % _HELLASWAG_ITEM_LINES:
         raise UserError(f"{path}: {len(lines)} lines is not a multiple of 6 "
                         "(each item is 'label: context', gold 0-3, four endings)")
-    rows = []
-    for start in range(0, len(lines), 6):
-        head, gold, *endings = lines[start:start + 6]
-        label, sep, ctx = head.partition(": ")
-        if not sep:
-            raise UserError(f"{path}:{start + 1}: expected 'activity_label: context'")
-        if gold.strip() not in ("0", "1", "2", "3"):
-            raise UserError(f"{path}:{start + 2}: gold label must be 0-3, found {gold!r}")
-        ctx_a, ctx_b = split_hellaswag_ctx(ctx)
-        rows.append({"activity_label": label, "ctx_a": ctx_a, "ctx_b": ctx_b, "ctx": ctx,
-                     "endings": list(endings), "label": gold.strip()})
-    return rows
+    rows = [_hellaswag_item(path, start, lines[start:start + _HELLASWAG_ITEM_LINES])
+            for start in range(0, len(lines), _HELLASWAG_ITEM_LINES)]
+    return nonempty(rows, path)
 
 
 # ---- GSM8K: gsm8k/{test.jsonl,train.jsonl.gz} (original openai/grade-school-math files) --
@@ -147,31 +163,28 @@ def gsm8k(data_dir: Path, name: Optional[str], split: str) -> Rows:
     if split not in _GSM8K_SPLITS:
         raise UserError(f"GSM8K has no split {split!r} (have: test, train)")
     path = first_existing(_variants(data_dir / "gsm8k" / f"{split}.jsonl", ".gz"))
-    rows = []
-    for i, row in enumerate(read_jsonl(path)):
-        if not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
-            raise UserError(f"{path}:{i + 1}: a GSM8K row needs string fields 'question' and 'answer'")
-        rows.append({"question": row["question"], "answer": row["answer"]})
-    return rows
+    rows = [checked.gsm8k(row, f"{path}:{line}: a GSM8K row needs string fields 'question' and "
+                               "'answer'; the row") for line, row in read_jsonl(path)]
+    return nonempty(rows, path)
 
 
 # ---- BIG-Bench-Hard: bbh/bbh/<task>.json ({"examples": [{"input", "target"}]}) ----------
+
+def _bbh_row(example: object, where: str) -> dict:
+    row = {name: field(example, name, str, where) for name in ("input", "target")}
+    if not row["target"].strip():
+        raise UserError(f"{where} has an empty 'target', which no answer can match")
+    return row
+
 
 def bbh(data_dir: Path, name: Optional[str], split: str) -> Rows:
     if split != "test":
         raise UserError(f"BIG-Bench-Hard has only a test split, not {split!r}")
     path = first_existing(_variants(data_dir / "bbh" / "bbh" / f"{name}.json", ".gz"))
-    obj = read_json(path)
-    examples = obj.get("examples") if isinstance(obj, dict) else None
-    if not isinstance(examples, list):
-        raise UserError(f"{path}: expected a JSON object with a list field 'examples'")
-    rows = []
-    for i, ex in enumerate(examples):
-        if not (isinstance(ex, dict) and isinstance(ex.get("input"), str)
-                and isinstance(ex.get("target"), str)):
-            raise UserError(f"{path}: examples[{i}] needs string fields 'input' and 'target'")
-        rows.append({"input": ex["input"], "target": ex["target"]})
-    return rows
+    examples = field(read_json(path), "examples", list, f"{path}: the file")
+    rows = [_bbh_row(ex, f"{path}: examples[{i}] needs string fields 'input' and 'target'; it")
+            for i, ex in enumerate(examples)]
+    return nonempty(rows, path)
 
 
 LOADERS: dict[str, Callable[[Path, Optional[str], str], Rows]] = {

@@ -7,9 +7,11 @@ openai/human-eval, which the hub dataset was made from.
 
 from __future__ import annotations
 
+import keyword
 from pathlib import Path
 from typing import Optional
 
+from proctor.data.fields import field, nonempty
 from proctor.data.readers import first_existing, read_jsonl
 from proctor.errors import UserError
 
@@ -22,14 +24,18 @@ def humaneval(data_dir: Path, name: Optional[str], split: str) -> Rows:
         raise UserError(f"HumanEval has only a test split, not {split!r}")
     base = data_dir / "humaneval" / "HumanEval.jsonl"
     path = first_existing([base.with_name(base.name + ".gz"), base])
-    rows = []
-    for i, row in enumerate(read_jsonl(path)):
-        missing = [f for f in HUMANEVAL_FIELDS if not isinstance(row.get(f), str)]
-        if missing:
-            raise UserError(f"{path}:{i + 1}: a HumanEval row needs string fields "
-                            f"{', '.join(missing)}")
-        rows.append({f: row[f] for f in HUMANEVAL_FIELDS})
-    return rows
+    needs = f"a HumanEval row needs string fields {', '.join(HUMANEVAL_FIELDS)}; the row"
+    rows = [_humaneval_row(row, f"{path}:{line}: {needs}") for line, row in read_jsonl(path)]
+    return nonempty(rows, path)
+
+
+def _humaneval_row(row: dict, where: str) -> dict:
+    out = {f: field(row, f, str, where) for f in HUMANEVAL_FIELDS}
+    if not out["entry_point"].isidentifier() or keyword.iskeyword(out["entry_point"]):
+        # the program ends with check(<entry_point>): anything else fails every sample
+        raise UserError(f"{where} has entry_point {out['entry_point']!r}, which is not a "
+                        "Python function name")
+    return out
 
 
 LOADERS = {"openai/openai_humaneval": humaneval}

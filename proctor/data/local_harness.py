@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from proctor.data.fields import check, field, nonempty, optional_field
 from proctor.data.readers import first_existing, read_json, read_jsonl
 from proctor.errors import UserError
 
@@ -28,22 +29,28 @@ def truthful_qa(data_dir: Path, name: Optional[str], split: str) -> Rows:
                         "(have: multiple_choice / validation)")
     base = data_dir / "truthfulqa" / "data" / "v0"
     path = first_existing([base / "mc_task.json", base / "mc_task.json.gz"])
-    items = read_json(path)
-    if not isinstance(items, list):
-        raise UserError(f"{path}: expected a JSON list of questions")
-    rows = []
-    for i, item in enumerate(items):
-        try:
-            rows.append({"question": item["question"],
-                         "mc1_targets": _targets(item["mc1_targets"]),
-                         "mc2_targets": _targets(item["mc2_targets"])})
-        except (KeyError, TypeError, AttributeError) as e:
-            raise UserError(f"{path}: item {i} is not a TruthfulQA MC item ({e!r})") from None
-    return rows
+    items = check(read_json(path), list, f"{path}: the file")
+    rows = [_truthfulqa_row(item, f"{path}: item {i}") for i, item in enumerate(items)]
+    return nonempty(rows, path)
 
 
-def _targets(answers: dict) -> dict:
-    return {"choices": list(answers), "labels": [int(v) for v in answers.values()]}
+def _truthfulqa_row(item: object, where: str) -> dict:
+    return {"question": field(item, "question", str, where),
+            "mc1_targets": _targets(item, "mc1_targets", where, single=True),
+            "mc2_targets": _targets(item, "mc2_targets", where, single=False)}
+
+
+def _targets(item: object, name: str, where: str, single: bool) -> dict:
+    """{answer: 0|1} in file order, the first answer true (lm-eval's gold is index 0);
+    MC1 has exactly one true answer."""
+    answers = field(item, name, dict[str, int], where)
+    labels = list(answers.values())
+    if not answers or labels[0] != 1 or any(v not in (0, 1) for v in labels):
+        raise UserError(f"{where}'s {name!r} must map answers to 1 (true) or 0 (false), the "
+                        "first answer true")
+    if single and labels.count(1) != 1:
+        raise UserError(f"{where}'s {name!r} has {labels.count(1)} true answers; MC1 has exactly one")
+    return {"choices": list(answers), "labels": labels}
 
 
 # ---- BIG-bench: original task.json, else the llm-foundry jsonl --------------------
@@ -75,47 +82,49 @@ def bigbench(data_dir: Path, name: Optional[str], split: str) -> Rows:
 
 def _task_json_rows(path: Path) -> Rows:
     task = read_json(path)
-    if not isinstance(task, dict) or not isinstance(task.get("examples"), list):
-        raise UserError(f"{path}: expected a BIG-bench task.json object with a list 'examples'")
+    where = f"{path}: the task"
+    examples = field(task, "examples", list, where)
     if "subtasks" in task:
         raise UserError(f"{path}: a BIG-bench task with subtasks is not supported")
-    prefix = str(task.get("task_prefix", ""))
-    in_prefix = str(task.get("example_input_prefix", _INPUT_PREFIX))
-    out_prefix = str(task.get("example_output_prefix", _OUTPUT_PREFIX))
+    prefix = optional_field(task, "task_prefix", str, where, "")
+    in_prefix = optional_field(task, "example_input_prefix", str, where, _INPUT_PREFIX)
+    out_prefix = optional_field(task, "example_output_prefix", str, where, _OUTPUT_PREFIX)
     rows = []
-    for i, ex in enumerate(task["examples"]):
-        if not isinstance(ex, dict) or not isinstance(ex.get("input"), str):
-            raise UserError(f"{path}: examples[{i}] has no string 'input'")
-        scores = ex.get("target_scores") or {}
-        if not isinstance(scores, dict):
-            raise UserError(f"{path}: examples[{i}]: 'target_scores' must be an object")
-        if "target" in ex:
-            target = ex["target"]
-            targets = list(target) if isinstance(target, list) else [target]
-        elif scores:
-            top = max(scores.values())
-            targets = [k for k, v in scores.items() if v == top]
-        else:
-            raise UserError(f"{path}: examples[{i}] has neither 'target' nor 'target_scores'")
-        rows.append({"idx": i, "inputs": (prefix + in_prefix + ex["input"] + out_prefix).strip(),
-                     "targets": [str(t) for t in targets],
-                     "multiple_choice_targets": list(scores),
+    for i, ex in enumerate(examples):
+        where = f"{path}: examples[{i}]"
+        text = field(ex, "input", str, where)
+        scores = optional_field(ex, "target_scores", dict[str, float], where, {})
+        targets = _task_json_targets(ex, scores, where)
+        rows.append({"idx": i, "inputs": (prefix + in_prefix + text + out_prefix).strip(),
+                     "targets": targets, "multiple_choice_targets": list(scores),
                      "multiple_choice_scores": [int(v) for v in scores.values()]})
-    return rows
+    return nonempty(rows, path)
+
+
+def _task_json_targets(ex: dict, scores: dict, where: str) -> list[str]:
+    """`target` (one string or a list), else the answers with the top target score."""
+    if "target" in ex:
+        target = field(ex, "target", str | list[str], where)
+        return list(target) if isinstance(target, list) else [target]
+    if not scores:
+        raise UserError(f"{where} has neither 'target' nor 'target_scores'")
+    top = max(scores.values())
+    return [k for k, v in scores.items() if v == top]
 
 
 def _foundry_rows(path: Path) -> Rows:
     rows = []
-    for i, row in enumerate(read_jsonl(path)):
-        choices, gold = row.get("choices"), row.get("gold")
-        if not (isinstance(row.get("query"), str) and isinstance(choices, list) and choices
-                and isinstance(gold, int) and 0 <= gold < len(choices)):
-            raise UserError(f"{path}:{i + 1}: expected {{query, choices, gold}} with gold an "
-                            "index into choices")
-        rows.append({"idx": i, "inputs": row["query"], "targets": [choices[gold]],
+    for i, (line, row) in enumerate(read_jsonl(path)):
+        where = f"{path}:{line}: the row"
+        query, choices = field(row, "query", str, where), field(row, "choices", list[str], where)
+        gold = field(row, "gold", int, where)
+        if not 0 <= gold < len(choices):
+            raise UserError(f"{where} has gold {gold}, which is not an index into its "
+                            f"{len(choices)} choices")
+        rows.append({"idx": i, "inputs": query, "targets": [choices[gold]],
                      "multiple_choice_targets": list(choices),
                      "multiple_choice_scores": [int(j == gold) for j in range(len(choices))]})
-    return rows
+    return nonempty(rows, path)
 
 
 LOADERS = {"truthfulqa/truthful_qa": truthful_qa, "hails/bigbench": bigbench}

@@ -11,11 +11,15 @@ import csv
 import gzip
 import io
 import json
+import zlib
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+from proctor.data.fields import json_type
 from proctor.errors import UserError
+
+BOM = "\ufeff"
 
 
 def _decompressed_bytes(path: Path) -> bytes:
@@ -29,19 +33,44 @@ def _decompressed_bytes(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"data file not found: {path}") from None
-    except (OSError, EOFError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
+    except (OSError, EOFError, zlib.error) as e:  # unreadable, truncated or not really compressed
+        raise UserError(f"cannot read {path}: {e}; replace it with a complete copy") from None
 
 
-def read_text(path: Path) -> str:
-    """The whole file as UTF-8 text (.gz / .bz2 decompressed by suffix)."""
-    data = _decompressed_bytes(path)
-    try:
-        return data.decode("utf-8")
+def decode_text(data: bytes, path: Path) -> str:
+    """UTF-8 bytes as text, a leading byte-order mark dropped; else a UserError naming the line."""
+    try:  # not "utf-8-sig": its error offsets do not count the mark, and the line is wanted
+        return data.decode("utf-8").removeprefix(BOM)
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise UserError(f"{path}:{line}: not valid UTF-8 text (byte offset {e.start}); "
                         "re-save the file as UTF-8") from None
+
+
+def read_text(path: Path) -> str:
+    """The whole file as UTF-8 text (.gz / .bz2 decompressed by suffix, a leading BOM dropped)."""
+    return decode_text(_decompressed_bytes(path), path)
+
+
+def split_lines(text: str) -> list[str]:
+    """Lines of a line-based file: separated by "\n" only, a trailing "\r" dropped, and a
+    final newline adds no empty line. (`str.splitlines` also splits on U+2028, U+0085,
+    form feeds and other characters that JSON strings and text fields may hold.)"""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def parse_json(text: str, path: object, line: Optional[int] = None) -> Any:
+    """`json.loads(text)`, where `text` is the file `path` or its line `line`; invalid or too
+    deeply nested JSON is a UserError naming the file and line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{line or e.lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise UserError(f"{path}:{line or 1}: invalid JSON (nested too deeply to read)") from None
 
 
 def _stamp(path: Path) -> tuple[str, int, int]:
@@ -49,6 +78,8 @@ def _stamp(path: Path) -> tuple[str, int, int]:
         st = path.stat()
     except FileNotFoundError:
         raise UserError(f"data file not found: {path}") from None
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e}") from None
     return str(path), st.st_size, st.st_mtime_ns
 
 
@@ -74,47 +105,43 @@ def _read_csv(path: str, _size: int, _mtime: int, columns: int) -> tuple[tuple[i
     return tuple(rows)
 
 
-def read_jsonl(path: Path) -> tuple[dict, ...]:
-    """One JSON object per non-blank line. Callers must not mutate the (cached) dicts."""
+def read_jsonl(path: Path) -> tuple[tuple[int, dict], ...]:
+    """(line number, object) of each non-blank line; lines are separated by "\n" only.
+    Callers must not mutate the (cached) dicts."""
     return _read_jsonl(*_stamp(path))
 
 
 @lru_cache(maxsize=64)
-def _read_jsonl(path: str, _size: int, _mtime: int) -> tuple[dict, ...]:
+def _read_jsonl(path: str, _size: int, _mtime: int) -> tuple[tuple[int, dict], ...]:
     rows = []
-    for lineno, line in enumerate(read_text(Path(path)).splitlines(), start=1):
+    for lineno, line in enumerate(split_lines(read_text(Path(path))), start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UserError(f"{path}:{lineno}: invalid JSON ({e.msg} at column {e.colno})") from None
+        obj = parse_json(line, path, lineno)
         if not isinstance(obj, dict):
-            raise UserError(f"{path}:{lineno}: expected a JSON object, found {type(obj).__name__}")
-        rows.append(obj)
+            raise UserError(f"{path}:{lineno}: expected a JSON object, found {json_type(obj)}")
+        rows.append((lineno, obj))
     return tuple(rows)
 
 
 def read_lines(path: Path) -> tuple[str, ...]:
-    """Lines without their line endings (a final newline adds no empty line)."""
+    """Lines without their line endings (see `split_lines`)."""
     return _read_lines(*_stamp(path))
 
 
 @lru_cache(maxsize=64)
 def _read_lines(path: str, _size: int, _mtime: int) -> tuple[str, ...]:
-    return tuple(read_text(Path(path)).splitlines())
+    return tuple(split_lines(read_text(Path(path))))
 
 
 def read_json(path: Path) -> Any:
+    """The file's one JSON value. Callers must not mutate it (it is cached)."""
     return _read_json(*_stamp(path))
 
 
 @lru_cache(maxsize=64)
 def _read_json(path: str, _size: int, _mtime: int) -> Any:
-    try:
-        return json.loads(read_text(Path(path)))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+    return parse_json(read_text(Path(path)), path)
 
 
 def first_existing(candidates: list[Path]) -> Path:

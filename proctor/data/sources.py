@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
 from typing import Optional, Union
 
-from proctor.data import hub, local
+from proctor.data import hub, local, rows
+from proctor.data.fields import check, field
 from proctor.data.readers import read_json, read_text
 from proctor.errors import UserError
 
@@ -47,7 +47,12 @@ def fewshot_path(source: str, root: Path) -> Path:
 
 
 def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict]:
-    """The first `k` entries of a few-shot list (`fewshot/<SOURCE>.json`, field `examples`)."""
+    """The first `k` entries of a few-shot list (`fewshot/<SOURCE>.json`, field `examples`).
+
+    Every entry is checked as a row of its dataset (`proctor.data.rows.FEWSHOT`), and
+    a list with fewer than `k` entries is refused: a prompt never holds fewer shots than
+    the spec says.
+    """
     root = resolve_data_dir(data_dir)
     if root is None:
         raise UserError(f"few-shot examples {source!r} come from <data dir>/fewshot/, and no data "
@@ -55,17 +60,21 @@ def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict
     path = fewshot_path(source, root)
     if not path.is_file():
         raise UserError(f"few-shot list not found: {path} (needed for {source!r})")
-    obj = read_json(path)
-    examples = obj.get("examples") if isinstance(obj, dict) else None
-    if not isinstance(examples, list):
-        raise UserError(f"{path}: expected a JSON object with a list field 'examples'")
+    examples = field(read_json(path), "examples", list, f"{path}: the file")
     if len(examples) < k:
         raise UserError(f"{path}: has {len(examples)} examples, the spec needs {k}")
-    return copy.deepcopy(examples[:k])
+    check_row = rows.FEWSHOT.get(source, _object)
+    return [check_row(ex, f"{path}: examples[{i}]") for i, ex in enumerate(examples)][:k]
+
+
+def _object(example: object, where: str) -> dict:
+    """An entry of a few-shot list no check is known for: a JSON object (copied)."""
+    return dict(check(example, dict, where))
 
 
 def load_data_text(relative: str, purpose: str, data_dir: Optional[PathLike]) -> str:
-    """A text file under the data directory (e.g. `bbh/cot-prompts/<task>.txt`), as UTF-8."""
+    """A text file under the data directory (e.g. `bbh/cot-prompts/<task>.txt`), as UTF-8
+    with "\n" line ends (a file saved with "\r\n" reads the same)."""
     root = resolve_data_dir(data_dir)
     if root is None:
         raise UserError(f"{purpose} comes from <data dir>/{relative}, and no data directory was "
@@ -73,4 +82,4 @@ def load_data_text(relative: str, purpose: str, data_dir: Optional[PathLike]) ->
     path = root / relative
     if not path.is_file():
         raise UserError(f"{purpose} not found: {path}")
-    return read_text(path)
+    return read_text(path).replace("\r\n", "\n")

@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
+from proctor.data.readers import split_lines
 from proctor.errors import UserError, check_positive_int
 from proctor.factual.prompts import CONDITION_FAMILIES, condition_of
 from proctor.factual.relations import RELATIONS, Relation, Template, fill, relation_sort_key
@@ -32,7 +33,7 @@ from proctor.factual.sources import (
     read_pararel,
     read_source,
 )
-from proctor.outputs.atomic import atomic_write_text
+from proctor.outputs.owned import write_owned_file
 
 BANK_FORMAT = 1
 DEFAULT_FACTS_PER_RELATION = 100
@@ -401,7 +402,8 @@ def bank_version(rows: Iterable[Mapping[str, Any]]) -> str:
 
 def write_bank(path: PathLike, rows: Sequence[Mapping[str, Any]],
                header_extra: Optional[Mapping[str, Any]] = None) -> str:
-    """Write the header line and the canonical rows atomically; returns the version."""
+    """Write the header line and the canonical rows atomically; returns the version. An existing
+    file at `path` is replaced only when proctor wrote it and nobody changed it since."""
     problems = validate_rows(rows)
     if problems:
         raise UserError(f"refusing to write an invalid query bank to {path}: "
@@ -410,8 +412,8 @@ def write_bank(path: PathLike, rows: Sequence[Mapping[str, Any]],
     version = hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
     header = {"proctor_factual_bank": BANK_FORMAT, "version": version, "rows": len(lines),
               **(header_extra or {})}
-    atomic_write_text(Path(path), "\n".join([json.dumps(header, sort_keys=True,
-                                                        ensure_ascii=False), *lines]) + "\n")
+    text = "\n".join([json.dumps(header, sort_keys=True, ensure_ascii=False), *lines]) + "\n"
+    write_owned_file(Path(path), text.encode("utf-8"))
     return version
 
 
@@ -507,20 +509,22 @@ def read_bank(path: PathLike) -> Bank:
         raise UserError(f"query bank not found: {path}; build one first or pass the path of an "
                         "existing bank file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8-sig")  # a leading byte-order mark dropped
     except UnicodeDecodeError:
         raise UserError(f"{path}: the query bank is not UTF-8 text") from None
+    except OSError as e:
+        raise UserError(f"cannot read the query bank {path}: {e.strerror or e}") from None
     header: dict = {}
     rows: list[dict] = []
     lines: list[int] = []
     not_json: list[str] = []
     not_object: list[str] = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    for line_no, line in enumerate(split_lines(text), start=1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             not_json.append(f"line {line_no}")
             continue
         if not isinstance(obj, dict):

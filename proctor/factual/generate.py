@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from proctor.data.readers import split_lines
 from proctor.engine.progress import Progress
 from proctor.errors import UserError, check_positive_int
 from proctor.factual.prompts import DECODING, Decoding, build_prompt
@@ -240,7 +241,7 @@ def _resume(partial: Path, header: dict, plan: list[list[int]], query_ids: list[
     complete, tail = lines[:-1], lines[-1]  # text after the last newline is a torn write
     try:
         old = json.loads(complete[0]) if complete else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         old = None
     if not isinstance(old, dict) or old.get("format") != PARTIAL_FORMAT:
         raise UserError(f"{partial} is not a partial generations file of this version; delete it and rerun")
@@ -255,7 +256,7 @@ def _resume(partial: Path, header: dict, plan: list[list[int]], query_ids: list[
         try:
             obj = json.loads(line)
             found[obj["query_id"]] = obj
-        except (json.JSONDecodeError, TypeError, KeyError):
+        except (json.JSONDecodeError, RecursionError, TypeError, KeyError):
             raise UserError(f"{partial} line {number} is corrupt; delete the file and rerun") from None
     done = {}
     for batch in plan:
@@ -269,12 +270,16 @@ def _resume(partial: Path, header: dict, plan: list[list[int]], query_ids: list[
 
 def _check_final(out_path: Path, query_ids: list[str], model_name: str) -> None:
     """An existing final file must hold exactly these queries for this model; else refuse to overwrite."""
+    not_ours = UserError(f"{out_path} exists but is not a generations file; delete it or choose another "
+                         "output path")
     try:
-        got = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()]
-        ids = [g["query_id"] for g in got]
-        models = {g.get("model") for g in got}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError):
-        raise UserError(f"{out_path} exists but is not a generations file; delete it or choose another output path") from None
+        got = [json.loads(line) for line in split_lines(out_path.read_text(encoding="utf-8"))]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise not_ours from None
+    if not all(isinstance(g, dict) and isinstance(g.get("query_id"), str) for g in got):
+        raise not_ours
+    ids = [g["query_id"] for g in got]
+    models = {g.get("model") if isinstance(g.get("model"), str) else None for g in got}
     if sorted(ids) != sorted(query_ids) or models != {model_name}:
         raise UserError(f"{out_path} already holds generations for other queries or another model; "
                         f"delete it or choose another output path")

@@ -11,12 +11,14 @@ import io
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 from proctor.backends.sources import file_sha256
-from proctor.data.readers import read_text
+from proctor.data.fields import check, field, optional_field
+from proctor.data.readers import parse_json, read_text, split_lines
 from proctor.data.sources import resolve_data_dir
 from proctor.errors import UserError
 from proctor.factual.relations import EQ_RELATIONS, POPQA_PROPS, RELATIONS
@@ -51,8 +53,8 @@ class Fact:
     object: str
     aliases: list[str]            # English answers, the object first
     source: str
-    subject_aliases: list[str] = field(default_factory=list)
-    clozes: dict[str, Cloze] = field(default_factory=dict)   # BMLAMA only: language -> prompt
+    subject_aliases: list[str] = dataclasses.field(default_factory=list)
+    clozes: dict[str, Cloze] = dataclasses.field(default_factory=dict)   # BMLAMA only: language -> prompt
 
 
 @dataclass
@@ -92,12 +94,36 @@ def _read(root: Path, relative: str, files: dict[str, str]) -> str:
     return read_text(path)
 
 
-def _json_list(text: str) -> list[str]:
-    """A JSON-encoded list of strings inside a CSV/JSON field ('[]' or empty -> [])."""
-    if not text or not text.strip():
+def _json_lines(root: Path, relative: str, files: dict[str, str]) -> Iterator[tuple[str, object]]:
+    """(where, value) of each non-blank line of a JSON-lines source file."""
+    path = root / relative
+    for line_no, line in enumerate(split_lines(_read(root, relative, files)), start=1):
+        if line.strip():
+            yield f"{path}:{line_no}: the row", parse_json(line, path, line_no)
+
+
+def _csv_rows(root: Path, relative: str, files: dict[str, str]) -> Iterator[tuple[str, dict]]:
+    """(where, row) of each data row of a CSV source file with a header line."""
+    path = root / relative
+    reader = csv.DictReader(io.StringIO(_read(root, relative, files), newline=""))
+    try:
+        for row in reader:
+            yield f"{path}:{reader.line_num}: the row", row
+    except csv.Error as e:
+        raise UserError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
+
+
+def _json_list(text: str, where: str) -> list[str]:
+    """A JSON-encoded list inside a CSV/JSON field ('[]' or empty -> []), as strings."""
+    if not text.strip():
         return []
-    value = json.loads(text)
-    return [str(v) for v in value if str(v).strip()] if isinstance(value, list) else []
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        raise UserError(f"{where}: expected a JSON list, found {text[:40]!r}") from None
+    if not isinstance(value, list):
+        return []
+    return [str(v) for v in value if isinstance(v, (str, int, float)) and str(v).strip()]
 
 
 def _unique(items: Sequence[str]) -> list[str]:
@@ -109,15 +135,8 @@ def _unique(items: Sequence[str]) -> list[str]:
 def read_pararel(root: Path, files: dict[str, str]) -> dict[str, list[ParaRelPattern]]:
     """Relation id -> its ParaRel cloze patterns, in file order."""
     out: dict[str, list[ParaRelPattern]] = {}
-    for line_no, line in enumerate(_read(root, PARAREL_PATH, files).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            pid, pattern = obj["relation"], obj["pattern"]
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{root / PARAREL_PATH}:{line_no}: expected a JSON object with "
-                            "'relation' and 'pattern'") from None
+    for where, obj in _json_lines(root, PARAREL_PATH, files):
+        pid, pattern = field(obj, "relation", str, where), field(obj, "pattern", str, where)
         patterns = out.setdefault(pid, [])
         patterns.append(ParaRelPattern(pid, len(patterns), pattern))
     return out
@@ -142,21 +161,15 @@ def read_entityquestions(root: Path) -> SourceRead:
     relative = "entityquestions/test.jsonl.gz"
     regexes = {pid: _template_regex(RELATIONS[pid].question.text) for pid in EQ_RELATIONS}
     facts = []
-    for line_no, line in enumerate(_read(root, relative, files).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            pid, question, answers = obj["relation"], obj["question"], obj["answers"]
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{root / relative}:{line_no}: expected a JSON object with "
-                            "'relation', 'question' and 'answers'") from None
+    for where, obj in _json_lines(root, relative, files):
+        pid, question = field(obj, "relation", str, where), field(obj, "question", str, where)
+        answers = field(obj, "answers", list[str], where)
         regex = regexes.get(pid)
         if regex is None:
             skipped["entityquestions: unknown relation"] += 1
             continue
         match = regex.match(question.strip())
-        aliases = _unique(answers if isinstance(answers, list) else [])
+        aliases = _unique(answers)
         if not match or not aliases:
             skipped["entityquestions: question does not fit its template, or no answer"] += 1
             continue
@@ -185,29 +198,21 @@ def read_popqa(root: Path) -> SourceRead:
     skipped: Counter = Counter()
     facts: list[Fact] = []
     relative = "popqa/popqa_random1000_flashrag.jsonl"
-    for line_no, line in enumerate(_read(root, relative, files).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-            meta = obj["metadata"]
-            fact = _popqa_fact(meta["prop"], meta["subj"], meta["obj"], obj["golden_answers"],
-                               _json_list(meta.get("s_aliases", "")), skipped)
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{root / relative}:{line_no}: expected a FlashRAG PopQA row with "
-                            "metadata.subj/prop/obj and golden_answers") from None
+    for where, obj in _json_lines(root, relative, files):
+        meta = field(obj, "metadata", dict, where)
+        subj, prop, gold = (field(meta, name, str, f"{where}'s metadata") for name in ("subj", "prop", "obj"))
+        s_aliases = _json_list(optional_field(meta, "s_aliases", str, f"{where}'s metadata", ""), where)
+        fact = _popqa_fact(prop, subj, gold, field(obj, "golden_answers", list[str], where), s_aliases,
+                           skipped)
         if fact:
             facts.append(fact)
     relative = "popqa/DisambPopQA_longtail.csv"
-    reader = csv.DictReader(io.StringIO(_read(root, relative, files)))
-    for line_no, row in enumerate(reader, start=2):
-        try:
-            fact = _popqa_fact(row["prop"], row["subj"], row["obj"],
-                               _json_list(row["possible_answers"]),
-                               _json_list(row.get("s_aliases") or ""), skipped)
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{root / relative}: row {line_no}: expected PopQA columns subj, "
-                            "prop, obj, possible_answers (a JSON list)") from None
+    for where, row in _csv_rows(root, relative, files):
+        subj, prop, gold, answers = (field(row, name, str, where)
+                                     for name in ("subj", "prop", "obj", "possible_answers"))
+        s_aliases = row.get("s_aliases") or ""   # an optional column
+        fact = _popqa_fact(prop, subj, gold, _json_list(answers, where), _json_list(s_aliases, where),
+                           skipped)
         if fact:
             facts.append(fact)
     return SourceRead(facts, skipped, files)
@@ -220,21 +225,19 @@ def read_rome(root: Path) -> SourceRead:
     files: dict[str, str] = {}
     skipped: Counter = Counter()
     relative = "rome/known_1000.json"
-    try:
-        records = json.loads(_read(root, relative, files))
-        facts = []
-        for rec in records:
-            pid, subject, attribute = rec["relation_id"], rec["subject"], rec["attribute"]
-            if pid not in RELATIONS:
-                skipped[f"rome: unmapped relation {pid}"] += 1
-            elif subject.strip() and attribute.strip():
-                facts.append(Fact(pid, subject.strip(), attribute.strip(), [attribute.strip()],
-                                  "rome"))
-            else:
-                skipped["rome: empty subject or attribute"] += 1
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise UserError(f"{root / relative}: expected a JSON list of objects with subject, "
-                        "attribute and relation_id") from None
+    path = root / relative
+    records = check(parse_json(_read(root, relative, files), path), list, f"{path}: the file")
+    facts = []
+    for i, rec in enumerate(records):
+        where = f"{path}: item {i}"
+        pid, subject, attribute = (field(rec, name, str, where)
+                                   for name in ("relation_id", "subject", "attribute"))
+        if pid not in RELATIONS:
+            skipped[f"rome: unmapped relation {pid}"] += 1
+        elif subject.strip() and attribute.strip():
+            facts.append(Fact(pid, subject.strip(), attribute.strip(), [attribute.strip()], "rome"))
+        else:
+            skipped["rome: empty subject or attribute"] += 1
     return SourceRead(facts, skipped, files)
 
 
@@ -335,13 +338,9 @@ def read_reversal_curse(root: Path) -> SourceRead:
     skipped: Counter = Counter()
     relative = "reversal_curse/parent_child_pairs.csv"
     facts = []
-    reader = csv.DictReader(io.StringIO(_read(root, relative, files)))
-    for line_no, row in enumerate(reader, start=2):
-        try:
-            child, parent, kind = row["child"].strip(), row["parent"].strip(), row["parent_type"]
-        except (KeyError, AttributeError):
-            raise UserError(f"{root / relative}: row {line_no}: expected columns child, parent, "
-                            "parent_type") from None
+    for where, row in _csv_rows(root, relative, files):
+        child, parent, kind = (field(row, name, str, where).strip()
+                               for name in ("child", "parent", "parent_type"))
         pid = {"mother": "P25", "father": "P22"}.get(kind.strip().lower())
         if pid is None or not child or not parent:
             skipped["reversal_curse: unknown parent_type or empty name"] += 1

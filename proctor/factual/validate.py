@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from proctor.data.readers import split_lines
 from proctor.errors import UserError
 from proctor.factual.prompts import DECODING, build_prompt
 
@@ -39,24 +40,32 @@ class InvalidLine:
 
 
 def read_jsonl(path: Path) -> Iterator[Any]:
-    """Each line's JSON value, or an `InvalidLine` (so line numbers stay true)."""
+    """Each line's JSON value, or an `InvalidLine` (so line numbers stay true).
+
+    Lines are separated by "\n" only (see `proctor.data.readers.split_lines`), and a
+    leading byte-order mark is dropped.
+    """
     try:
-        handle = open(path, encoding="utf-8")
+        data = Path(path).read_bytes()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    with handle:
-        try:
-            lines = handle.readlines()
-        except UnicodeDecodeError:
-            raise UserError(f"{path} is not UTF-8 text; expected one JSON object per line") from None
-    for text in lines:
-        if not text.strip():
-            yield InvalidLine("empty line")
-            continue
-        try:
-            yield json.loads(text)
-        except json.JSONDecodeError as e:
-            yield InvalidLine(e.msg)
+    try:
+        text = data.decode("utf-8-sig")  # a leading byte-order mark dropped
+    except UnicodeDecodeError:
+        raise UserError(f"{path} is not UTF-8 text; expected one JSON object per line") from None
+    for line in split_lines(text):
+        yield _parse_line(line)
+
+
+def _parse_line(line: str) -> Any:
+    if not line.strip():
+        return InvalidLine("empty line")
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        return InvalidLine(e.msg)
+    except RecursionError:
+        return InvalidLine("nested too deeply to read")
 
 
 @dataclass

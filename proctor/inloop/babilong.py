@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Union
 
+from proctor.data.readers import split_lines
 from proctor.errors import UserError, check_positive_int
 from proctor.inloop.icl import ChoiceDoc, ICLDataset
 
@@ -71,15 +72,15 @@ def _read_rows(path: Path) -> list[dict]:
                         f"dataset {HUB_DATASET} (<data_dir>/babilong/data/qa{{N}}/{{length}}.json), "
                         "or pass no data directory to download it from the hub")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a leading byte-order mark dropped
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
     try:
         if text.lstrip().startswith("["):
             rows = json.loads(text)
         else:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as e:
+            rows = [json.loads(line) for line in split_lines(text) if line.strip()]
+    except (json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path}: not JSON or JSON lines ({e})") from None
     if not isinstance(rows, list):
         raise UserError(f"{path}: expected a JSON array of rows or JSON lines")

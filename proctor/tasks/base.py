@@ -6,11 +6,12 @@ import math
 import random
 from abc import ABC, abstractmethod
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Iterator, NamedTuple, Optional
 
-from proctor.errors import check_positive_int
+from proctor.errors import UserError, check_positive_int
 from proctor.requests import Loglikelihood
 
 
@@ -100,9 +101,24 @@ class NumberedDoc(NamedTuple):
     query_id: str
 
 
+@contextmanager
+def about(task_name: str) -> Iterator[None]:
+    """A UserError raised while a task builds its instances (reading its rows, few-shot
+    examples or prompts) names the task spec first: a suite reads many files."""
+    try:
+        yield
+    except UserError as e:
+        raise UserError(f"{task_name}: {e}") from None
+
+
 def number_docs(task_name: str, docs: list[dict], limit: Optional[int]) -> list[NumberedDoc]:
-    """The first `limit` docs with their doc ids and query ids (computed over all docs)."""
+    """The first `limit` docs with their doc ids and query ids (computed over all docs).
+
+    A task without documents is refused here, before any model work.
+    """
     check_limit(limit)
+    if not docs:
+        raise UserError("no documents to evaluate: the spec's split has no rows")
     qids, _ = assign_query_ids(task_name, [d["native_id"] for d in docs])
     return [NumberedDoc(i, doc, qid) for i, (doc, qid) in enumerate(zip(docs[:limit], qids))]
 
@@ -152,4 +168,8 @@ class Task(ABC):
 
     @abstractmethod
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
-        """Instances for the first `limit` docs of `docs()`; query ids computed over all docs."""
+        """Instances for the first `limit` docs of `docs()`; query ids computed over all docs.
+
+        Every data error is a UserError raised here (`proctor.evaluate.plan` builds the
+        instances before any model loads), naming the spec (`about`).
+        """

@@ -81,8 +81,11 @@ class BBHTask(GenerationTask):
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
         return self.as_docs(load_split(DATASET, self.config.subject, "test", data_dir), "test")
 
+    def cot_prompt_file(self) -> str:
+        return f"bbh/cot-prompts/{self.config.subject}.txt"
+
     def cot_prompt(self, data_dir: Optional[Path]) -> CotPrompt:
-        relative = f"bbh/cot-prompts/{self.config.subject}.txt"
+        relative = self.cot_prompt_file()
         text = load_data_text(relative, f"the BBH chain-of-thought prompt for {self.config.subject}",
                               data_dir)
         return parse_cot_prompt(text, relative)
@@ -91,7 +94,7 @@ class BBHTask(GenerationTask):
         cot = self.cot_prompt(data_dir)
         k = self.config.num_shots
         if k > len(cot.shots):
-            raise UserError(f"{self.config.name} has {len(cot.shots)} few-shot examples, "
+            raise UserError(f"{self.cot_prompt_file()} has {len(cot.shots)} few-shot examples, "
                             f"{k} were asked for")
         shots = [doc_to_text(q) + a for q, a in cot.shots[:k]]
         return fewshot_prefix(cot.description + "\n\n", shots)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from proctor.tasks.base import Instance, Task, assign_query_ids, spec_sample
+from proctor.errors import UserError
+from proctor.tasks.base import Instance, Task, about, assign_query_ids, check_limit, spec_sample
 from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, shot_block
 from proctor.tasks.spec import spec_format
 
@@ -34,6 +35,8 @@ class ChoiceTask(Task):
 
     #: labelled splits this family has, a subset of ALL_SPLITS_ORDER
     splits: tuple[str, ...] = ("test",)
+    #: the split few-shot rows come from, when they come from one (else a few-shot list)
+    fewshot_split: Optional[str] = None
 
     @property
     def is_mc(self) -> bool:
@@ -51,7 +54,7 @@ class ChoiceTask(Task):
 
     @abstractmethod
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        """The first `num_shots` few-shot rows, in order."""
+        """The few-shot rows in order; the first `num_shots` are used (fewer is an error)."""
 
     # ---- the protocol -----------------------------------------------------------
 
@@ -78,13 +81,25 @@ class ChoiceTask(Task):
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
         """Description plus few-shot block: the part every doc's prompt starts with."""
+        k = self.config.num_shots
+        rows = self.fewshot_rows(data_dir)
+        if len(rows) < k:
+            source = (f"the {self.fewshot_split} split" if self.fewshot_split
+                      else f"its few-shot source {self.config.fewshot_source}")
+            raise UserError(f"the spec needs {k} few-shot examples but {source} has only "
+                            f"{len(rows)} rows")
         shots = []
-        for row in self.fewshot_rows(data_dir)[: self.config.num_shots]:
+        for row in rows[:k]:
             r = self.render(row)
             shots.append(shot_block(r.text, self.labels(r)[r.gold]))
         return fewshot_prefix(self.description(), shots)
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+        check_limit(limit)  # before any data is read
+        with about(self.config.name):
+            return self._instances(data_dir, limit)
+
+    def _instances(self, data_dir: Optional[Path], limit: Optional[int]) -> list[Instance]:
         numbered = self.numbered_docs(data_dir, limit)
         prefix = self.prompt_prefix(data_dir) if self.config.num_shots else self.description()
         out = []

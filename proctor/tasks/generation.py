@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from proctor.requests import Generate, GenerateResult
-from proctor.tasks.base import Task
+from proctor.tasks.base import Task, about, check_limit
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,11 @@ class GenerationTask(Task):
 
     def instances(self, data_dir: Optional[Path],
                   limit: Optional[int] = None) -> list[GenerationInstance]:
+        check_limit(limit)  # before any data is read
+        with about(self.config.name):
+            return self._instances(data_dir, limit)
+
+    def _instances(self, data_dir: Optional[Path], limit: Optional[int]) -> list[GenerationInstance]:
         numbered = self.numbered_docs(data_dir, limit)
         prefix = self.prompt_prefix(data_dir)
         return [

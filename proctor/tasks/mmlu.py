@@ -50,13 +50,14 @@ CATEGORY_OF: dict[str, str] = {s: cat for cat, subs in CATEGORIES.items() for s 
 
 class MMLUTask(ChoiceTask):
     splits = ("test", "validation")
+    fewshot_split = "dev"
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
         return load_split(DATASET, self.config.subject, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        # OLMES: the dev split in its original order, never sampled
-        return load_split(DATASET, self.config.subject, "dev", data_dir)[: self.config.num_shots]
+        # OLMES: the first num_shots rows of the dev split in its original order, never sampled
+        return load_split(DATASET, self.config.subject, "dev", data_dir)
 
     def description(self) -> str:
         subject = self.config.subject.replace("_", " ")

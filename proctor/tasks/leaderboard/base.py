@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.errors import UserError
-from proctor.tasks.base import Instance, Task, check_limit, number_docs
+from proctor.tasks.base import Instance, Task, about, check_limit, number_docs
 from proctor.tasks.leaderboard.fewshot import FEWSHOT_SEED, first_n, sample_random
 
 TARGET_DELIMITER = " "
@@ -59,17 +59,26 @@ class HarnessTask(Task):
         return self.as_docs(self.rows(data_dir, self.config.split), self.config.split)
 
     def fewshot_pool(self, data_dir: Optional[Path]) -> list[dict]:
-        split = self.shots_split
+        """The rows shots are drawn from: at least num_shots of them (one more when the eval
+        doc is excluded), else a UserError: a prompt never holds fewer shots than the spec says."""
+        n, split = self.config.num_shots, self.shots_split
         if split is None:
-            raise UserError(f"{self.config.name}: no few-shot split to draw "
-                            f"{self.config.num_shots} shots from")
-        return self.rows(data_dir, split)
+            raise UserError(f"no few-shot split to draw {n} shots from")
+        pool = self.rows(data_dir, split)
+        if len(pool) < n + self.excludes_eval_doc:
+            raise UserError(f"the spec needs {n} few-shot examples from the {split} split, which "
+                            f"has only {len(pool)} rows")
+        return pool
 
     def shot_block(self, row: dict) -> str:
         return self.text(row) + TARGET_DELIMITER + self.choices(row)[self.gold(row)] + FEWSHOT_DELIMITER
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
-        check_limit(limit)
+        check_limit(limit)  # before any data is read
+        with about(self.config.name):
+            return self._instances(data_dir, limit)
+
+    def _instances(self, data_dir: Optional[Path], limit: Optional[int]) -> list[Instance]:
         rows = self.rows(data_dir, self.config.split)
         numbered = number_docs(self.config.name, self.as_docs(rows, self.config.split), limit)
         n = self.config.num_shots
@@ -86,8 +95,8 @@ class HarnessTask(Task):
             options = self.choices(doc)
             gold = self.gold(doc)
             if not 0 <= gold < len(options):
-                raise UserError(f"{self.config.name} doc {doc['native_id']!r}: gold index {gold} "
-                                f"is not one of its {len(options)} choices")
+                raise UserError(f"doc {doc['native_id']!r}: gold index {gold} is not one of its "
+                                f"{len(options)} choices")
             out.append(Instance(
                 query_id=qid,
                 task=self.config.name,

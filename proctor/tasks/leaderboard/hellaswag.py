@@ -43,7 +43,7 @@ class HellaSwagLeaderboardTask(HarnessTask):
         root = resolve_data_dir(data_dir)
         if split == "train" and root is not None and not any(
                 (root / "hellaswag" / f"hellaswag_train_full.txt{ext}").is_file() for ext in ("", ".bz2", ".gz")):
-            raise UserError(f"{self.config.name} draws its {self.config.num_shots} shots from the HellaSwag "
+            raise UserError(f"the spec draws its {self.config.num_shots} shots from the HellaSwag "
                             f"train split, which is not in {root / 'hellaswag'} (it holds only validation); "
                             "add hellaswag_train_full.txt[.bz2|.gz] there, or omit --data-dir and "
                             "PROCTOR_DATA_DIR to load Rowan/hellaswag from the hub")

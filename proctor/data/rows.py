@@ -1,0 +1,83 @@
+"""Hub-shaped rows as the tasks read them, checked: from a local reader or a few-shot list.
+
+Each check takes a row (a local reader's conversion, or an entry of `fewshot/<SOURCE>.json`)
+and returns a new row holding just the fields the tasks read, each of its JSON type, with
+the protocol's invariants held (a gold label that names one of the row's choices, ...);
+anything else is a UserError. `where` names the row ("dev.jsonl:3: the row",
+"OLMES_ARC-Easy.json: examples[2]").
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from proctor.data.fields import field
+from proctor.errors import UserError
+
+Check = Callable[[object, str], dict]
+
+SIQA_TEXT = ("context", "question", "answerA", "answerB", "answerC")
+SIQA_LABELS = ("1", "2", "3")
+#: ARC's choice labels: letters, or numbers on some NY Regents items (OLMES maps 1.. to A..)
+ARC_LABELS = ("ABCDE", "12345")
+HELLASWAG_ENDINGS = 4
+HELLASWAG_LABELS = ("0", "1", "2", "3")
+GSM8K_GOLD = "####"
+
+
+def social_i_qa(row: object, where: str) -> dict:
+    out = {name: field(row, name, str, where) for name in SIQA_TEXT}
+    label = field(row, "label", str, where)
+    if label not in SIQA_LABELS:
+        raise UserError(f"{where} has label {label!r}; it must be 1, 2 or 3")
+    return {**out, "label": label}
+
+
+def ai2_arc(row: object, where: str) -> dict:
+    texts = field(row, "choices.text", list[str], where)
+    labels = field(row, "choices.label", list[str], where)
+    key = field(row, "answerKey", str, where)
+    if len(labels) != len(texts):
+        raise UserError(f"{where} has {len(texts)} choice texts but {len(labels)} choice labels")
+    if not any(labels == list(order[: len(labels)]) for order in ARC_LABELS) or len(labels) < 2:
+        raise UserError(f"{where} has choice labels {labels}; they must be A, B, C.. or 1, 2, 3.. "
+                        f"in order (2 to {len(ARC_LABELS[0])} of them)")
+    if key not in labels:
+        raise UserError(f"{where} has answerKey {key!r}, which is none of its labels {labels}")
+    return {"id": field(row, "id", str, where), "question": field(row, "question", str, where),
+            "choices": {"text": list(texts), "label": list(labels)}, "answerKey": key}
+
+
+def hellaswag(row: object, where: str) -> dict:
+    out = {name: field(row, name, str, where) for name in ("activity_label", "ctx_a", "ctx_b")}
+    endings = field(row, "endings", list[str], where)
+    if len(endings) != HELLASWAG_ENDINGS:
+        raise UserError(f"{where} has {len(endings)} endings; HellaSwag items have {HELLASWAG_ENDINGS}")
+    label = field(row, "label", str, where)
+    if label not in HELLASWAG_LABELS:
+        raise UserError(f"{where} has label {label!r}; it must be 0, 1, 2 or 3")
+    return {**out, "endings": list(endings), "label": label}
+
+
+def gsm8k(row: object, where: str) -> dict:
+    """A test/train row: its answer is the reasoning, then '#### <gold>'."""
+    question, answer = field(row, "question", str, where), field(row, "answer", str, where)
+    if not answer.rpartition(GSM8K_GOLD)[2].strip() or GSM8K_GOLD not in answer:
+        raise UserError(f"{where} has an answer without a gold '{GSM8K_GOLD} <number>' at its "
+                        "end, so it has no gold answer")
+    return {"question": question, "answer": answer}
+
+
+def gsm8k_shot(row: object, where: str) -> dict:
+    """A few-shot example (STD:GSM8k): its answer is the chain of thought shown in the prompt."""
+    return {"question": field(row, "question", str, where), "answer": field(row, "answer", str, where)}
+
+
+#: few-shot source -> the check of its entries
+FEWSHOT: dict[str, Check] = {
+    "OLMES:social_i_qa": social_i_qa,
+    "OLMES:ARC-Challenge": ai2_arc,
+    "OLMES:ARC-Easy": ai2_arc,
+    "OLMES:hellaswag": hellaswag,
+    "STD:GSM8k": gsm8k_shot,
+}
