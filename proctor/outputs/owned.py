@@ -18,18 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from proctor.backends.sources import file_sha256
 from proctor.errors import UserError
 
 MANIFEST = ".proctor-manifest.json"
 FORMAT = "proctor-manifest/1"
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(directory: Path) -> Optional[dict[str, str]]:
@@ -57,7 +50,7 @@ def tree_digests(directory: Path) -> dict[str, str]:
     for path in sorted(directory.rglob("*")):
         rel = path.relative_to(directory).as_posix()
         if path.is_file() and not path.is_symlink() and rel != MANIFEST:
-            found[rel] = file_digest(path)
+            found[rel] = file_sha256(path)
     return found
 
 
@@ -81,7 +74,7 @@ def foreign_entry(directory: Path) -> Optional[str]:
         if path.is_dir():
             if Path(rel) not in parents:
                 return rel
-        elif files.get(rel) != file_digest(path):
+        elif files.get(rel) != file_sha256(path):
             return rel
     return None
 
@@ -136,7 +129,7 @@ def check_output_file(path: Path, *, option: str = "--output") -> None:
         raise UserError(f"{option} {path} exists and is not a regular file; choose a new path")
     if path.exists():
         files = read_manifest(path.parent) or {}
-        if files.get(path.name) != file_digest(path):
+        if files.get(path.name) != file_sha256(path):
             raise UserError(f"{option} {path} already exists and proctor did not write it (or it was "
                             f"changed since); proctor never replaces it: choose a new path")
     check_writable_parent(path, option)
