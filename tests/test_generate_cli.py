@@ -6,30 +6,44 @@ from proctor import sandbox
 from proctor.cli import build_parser, main
 from proctor.tasks.humaneval import HumanEvalTask
 
+from tinylm import build_tiny_model
+
 
 def no_network_isolation(self):
     return sandbox.SandboxInfo(isolation=sandbox.Isolation.NONE, drops_uid=False)
 
 
-def test_humaneval_refuses_before_the_model_loads(monkeypatch, data_dir, tmp_path, capsys):
+@pytest.fixture
+def model_never_opens(monkeypatch, tmp_path):
+    """A model directory that passes the location check; opening it says so instead of loading."""
+    from proctor.errors import UserError
+
+    def opened(options):
+        raise UserError("the backend was opened")
+
+    monkeypatch.setattr("proctor.backends.select.open_backend", opened)
+    return str(build_tiny_model(tmp_path / "tiny"))
+
+
+def test_humaneval_refuses_before_the_model_loads(monkeypatch, model_never_opens, data_dir, tmp_path, capsys):
     monkeypatch.setattr(HumanEvalTask, "sandbox_info", no_network_isolation)
-    code = main(["run", "--model", str(tmp_path / "no-such-model"), "--tasks", "humaneval::greedy",
+    code = main(["run", "--model", model_never_opens, "--tasks", "humaneval::greedy",
                  "--limit", "1", "--data-dir", str(data_dir), "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "--allow-unsafe-exec" in err
-    assert "no-such-model" not in err   # refused first: the model was never looked for
+    assert "backend was opened" not in err   # refused first: the model was never loaded
     assert err.count("\n") == 1
 
 
-def test_allow_unsafe_exec_reaches_the_task(monkeypatch, data_dir, tmp_path, capsys):
+def test_allow_unsafe_exec_reaches_the_task(monkeypatch, model_never_opens, data_dir, tmp_path, capsys):
     seen = []
     monkeypatch.setattr(HumanEvalTask, "sandbox_info", no_network_isolation)
     monkeypatch.setattr(HumanEvalTask, "preflight", lambda self: seen.append(self.allow_unsafe_exec))
-    code = main(["run", "--model", str(tmp_path / "no-such-model"), "--tasks", "humaneval::greedy",
+    code = main(["run", "--model", model_never_opens, "--tasks", "humaneval::greedy",
                  "--limit", "1", "--allow-unsafe-exec", "--data-dir", str(data_dir),
                  "--output", str(tmp_path / "out")])
     assert seen == [True]
-    assert code == 2 and "no-such-model does not exist" in capsys.readouterr().err   # went on to the model
+    assert code == 2 and "backend was opened" in capsys.readouterr().err   # went on to the model
 
 
 @pytest.mark.parametrize("bad", ["-1", "x", str(2**63)])

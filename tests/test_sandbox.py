@@ -1,6 +1,8 @@
 """The sandbox against hostile programs: each is contained, the evaluator survives, the
-verdict is right. Limits are ~1-2 s so the file stays fast."""
+verdict is right; the split check (`judge`) and the plain data it carries. Limits are
+~1-2 s so the file stays fast. (Forged passes and host reachability: test_sandbox_hostile.)"""
 
+import math
 import os
 import socket
 import subprocess
@@ -11,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from proctor.errors import UserError
-from proctor.sandbox import Isolation, Limits, Outcome, SandboxInfo, detect, isolation, run_many, run_program
-from proctor.sandbox.isolation import SANDBOX_UID_BASE
+from proctor.sandbox import (Candidate, Isolation, Limits, Outcome, SandboxInfo, _wire, detect, isolation,
+                             judge, judge_many, run_many, run_program)
+from proctor.sandbox.isolation import SANDBOX_UID_BASE, SLOTS
 
 INFO = detect()
 FAST = Limits(wall_s=1.5, memory_mb=256, max_procs=16, output_bytes=4096)
@@ -36,7 +39,7 @@ def sandbox_processes() -> list[int]:
                 uid = entry.stat().st_uid
             except OSError:
                 continue
-            if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 256:
+            if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 2 * SLOTS:
                 pids.append(int(entry.name))
     return pids
 
@@ -228,3 +231,164 @@ def test_no_network_isolation_is_refused_unless_allowed(monkeypatch):
     workdir = r.output.strip()
     assert workdir.startswith("/tmp/proctor-sandbox-") and not Path(workdir).exists()
     assert run_program("while True: pass", Limits(wall_s=1.0), allow_unsafe_exec=True).outcome is Outcome.TIMEOUT
+
+
+# ---- the split check: a candidate function, trusted tests in another process ---------
+
+def check(source: str, test: str, prelude: str = "", entry: str = "f", limits: Limits = FAST):
+    return judge(Candidate(textwrap.dedent(source), entry, textwrap.dedent(prelude), textwrap.dedent(test)),
+                 limits, allow_unsafe_exec=not INFO.network_isolated)
+
+
+def test_a_candidate_is_judged_by_the_tests():
+    tests = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
+    assert check("def f(a, b):\n    return a + b\n", tests).outcome is Outcome.PASSED
+    r = check("def f(a, b):\n    return a * b\n", tests)
+    assert r.outcome is Outcome.FAILED and r.detail.startswith("AssertionError"), r
+    r = check("def f(a, b:\n    return a\n", tests)
+    assert r.outcome is Outcome.FAILED and "SyntaxError" in r.detail, r
+    r = check("def g(a, b):\n    return a + b\n", tests)
+    assert r.outcome is Outcome.FAILED and "NameError" in r.detail, r
+    r = check("def f(a, b):\n    while True:\n        pass\n", tests, limits=Limits(wall_s=1.0))
+    assert r.outcome is Outcome.TIMEOUT, r
+    r = check("def f(a, b):\n    return bytearray(8 << 30)\n", tests)
+    assert r.outcome is Outcome.MEMORY, r
+
+
+def test_the_tests_see_the_prelude_the_name_and_rebuilt_exceptions():
+    prelude = """
+        def helper(x):
+            return 2 * x
+
+        def f(n):
+            \"\"\"the stub the prompt defines\"\"\"
+        """
+    tests = """
+        def check(candidate):
+            assert candidate(helper(2)) == 5          # a prelude helper
+            assert f(1) == 2                          # the entry point called by its name
+            assert candidate(n=3) == 4                # keyword arguments
+            try:
+                candidate(-1)
+            except ValueError as e:                   # the candidate's exception, same type
+                assert "negative" in str(e)
+            else:
+                raise AssertionError("no ValueError")
+        """
+    source = """
+        def f(n):
+            if n < 0:
+                raise ValueError("negative input")
+            return n + 1
+        """
+    assert check(source, tests, prelude).outcome is Outcome.PASSED
+
+
+def test_only_plain_values_cross_and_they_arrive_as_plain_objects():
+    tests = """
+        def check(candidate):
+            got = candidate()
+            assert type(got) is list and type(got[0]) is int and type(got[1]) is str
+            assert type(got[2]) is tuple and type(got[3]) is dict and type(got[4]) is frozenset
+            assert got[5] == 2 ** 300 and got[6] == float("inf") and got[7] != got[7]
+            assert str(got[8]) == "-0.0" and got[9] == b"\\x00\\xff" and got[10] is None
+        """
+    source = """
+        import collections
+        class MyInt(int):
+            pass
+        def f():
+            Point = collections.namedtuple("Point", "x y")
+            return [MyInt(1), "s", Point(1, 2), collections.OrderedDict(a=1), frozenset({1}),
+                    2 ** 300, float("inf"), float("nan"), -0.0, b"\\x00\\xff", None]
+        """
+    assert check(source, tests).outcome is Outcome.PASSED
+    # What the tests pass the candidate must be plain too: anything else is the harness's error.
+    r = check("def f(x):\n    return x\n", "def check(candidate):\n    candidate(object())\n")
+    assert r.outcome is Outcome.ERROR and "cannot send" in r.detail, r
+
+
+def test_a_candidate_that_breaks_the_protocol_fails_even_if_the_tests_catch_it():
+    tests = """
+        def check(candidate):
+            try:
+                candidate()
+            except BaseException:
+                pass
+        """
+    for body in ("raise SystemExit(0)", "import os; os._exit(0)", "return object()", "raise KeyboardInterrupt"):
+        r = check(f"def f():\n    {body}\n", tests)
+        assert r.outcome is Outcome.FAILED, (body, r)
+
+
+def test_many_candidates_keep_their_order():
+    tests = "def check(candidate):\n    assert candidate() % 3 != 0\n"
+    candidates = [Candidate(f"def f():\n    return {i}\n", "f", "", tests) for i in range(9)]
+    results = judge_many(candidates, FAST, workers=3, allow_unsafe_exec=not INFO.network_isolated)
+    assert [r.passed for r in results] == [i % 3 != 0 for i in range(9)]
+
+
+def test_judge_works_without_isolation_when_allowed(monkeypatch):
+    weak = SandboxInfo(Isolation.NONE, drops_uid=False)
+    monkeypatch.setattr(isolation, "detect", lambda: weak)
+    tests = "def check(candidate):\n    assert candidate(2) == 4\n"
+    with pytest.raises(UserError, match="--allow-unsafe-exec"):
+        judge(Candidate("def f(x):\n    return x * x\n", "f", "", tests))
+    good = judge(Candidate("import os\nprint(os.getcwd())\ndef f(x):\n    return x * x\n", "f", "", tests),
+                 FAST, allow_unsafe_exec=True)
+    assert good.outcome is Outcome.PASSED, good
+    workdir = good.output.strip()
+    assert workdir.startswith("/tmp/proctor-sandbox-") and not Path(workdir).exists()
+    bad = judge(Candidate("def f(x):\n    return x + x + 1\n", "f", "", tests), FAST, allow_unsafe_exec=True)
+    assert bad.outcome is Outcome.FAILED, bad
+
+
+# ---- the wire format ------------------------------------------------------------------
+
+def roundtrip(value):
+    return _wire.from_plain(_wire.loads(_wire.dumps({"v": _wire.to_plain(value)}))["v"])
+
+
+def test_plain_values_roundtrip_exactly():
+    values = [None, True, False, 0, -7, 2 ** 64, -(2 ** 900), 1.5, -0.0, float("inf"), float("-inf"),
+              "", "héllo\udcff", b"\x00\xff", bytearray(b"ab"), [1, [2, [3]]], (1, (2,)), {1: {"a": (1,)}},
+              {1, 2}, frozenset({(1, 2)}), {(1, "a"): frozenset({None})}]
+    for v in values:
+        got = roundtrip(v)
+        assert got == v and type(got) is type(v), (v, got)
+    assert math.copysign(1.0, roundtrip(-0.0)) == -1.0
+    assert math.isnan(roundtrip(float("nan")))
+
+
+def test_subclasses_go_as_their_base_type_and_other_types_are_refused():
+    class Sneaky(int):
+        def __eq__(self, other):
+            return True
+    got = roundtrip([Sneaky(3)])
+    assert type(got[0]) is int and got[0] == 3 and got[0] != 4
+    for bad in (object(), lambda: 1, iter([1]), 1j, _deep(200)):
+        with pytest.raises(_wire.WireError):
+            _wire.to_plain(bad)
+    with pytest.raises(_wire.WireError):
+        _wire.to_plain("x" * (_wire.MAX_MESSAGE + 1))
+
+
+def _deep(n):
+    x = []
+    for _ in range(n):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize("body", [b"[", b"{}", b'{"v": 1}x', b"1" * 5000, b'["l", 1]'])
+def test_malformed_messages_are_wire_errors(body):
+    with pytest.raises(_wire.WireError):
+        message = _wire.loads(body)
+        _wire.from_plain(message.get("v", message))
+
+
+@pytest.mark.parametrize("tree", [["x", "1"], ["i", "zz"], ["f", "0x1p99999"], ["d", [[["l", []], 1]]],
+                                  ["s", [["l", []]]], ["l", [["l", "no"]]], 1.5, {"a": 1}, ["b", 5]])
+def test_trees_from_anyone_are_checked(tree):
+    with pytest.raises(_wire.WireError):
+        _wire.from_plain(tree)

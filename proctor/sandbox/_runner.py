@@ -1,186 +1,305 @@
-"""The trusted half of a sandboxed run: executed as `python -I _runner.py RESULT_FD`.
+"""The trusted supervisor of one sandboxed run: executed as `python -I -S _runner.py RESULT_FD`
+(-S: `site` would import the host's .pth hooks, 30 ms a run; the builtins it adds for
+programs, exit/quit/help/..., are added here instead).
 
 It runs inside the namespaces the evaluator set up (usually as PID 1 of a new PID
-namespace, as root of it), reads its job as one JSON line on stdin, then:
+namespace, root of a new mount namespace) and reads its job from stdin as `_wire`
+messages: first the public part (limits, identities, the candidate's source), and, for
+a check, the tests only after the candidate's process exists. Then:
 
-1. mounts private size-limited tmpfs over /tmp, /var/tmp and /dev/shm (when asked:
-   the namespaces are fresh and nothing else hides the host's world-writable dirs),
-   makes the interpreter's import dirs reachable for the sandbox uid when they sit
-   under an unreadable directory such as /root, and makes an empty work directory
-   owned by the sandbox uid;
-2. joins the per-run cgroups the evaluator created (pids, memory), if any;
-3. forks the program's process, which sets its rlimits, drops to the sandbox uid and
-   `exec`s the program source in-process; only when that returns normally does it
-   write the job's nonce with "passed" to RESULT_FD (so `sys.exit(0)` or `os._exit(0)`
-   before the tests finish is not a pass);
-4. waits for it with the wall-clock limit, kills it on overrun, and reports how it ended.
+1. joins the per-run cgroups, builds the new root and pivots into it (`_rootfs`);
+2. forks the candidate (`_candidate`): its own fds, rlimits and uid (`_confine`); it
+   never holds stdin, the result fd or the tester's verdict fd, and it was forked before
+   the tests were read, so they are nowhere in its memory;
+3. for a check, forks the tester (`_tester`) under another uid, which runs the tests
+   against a proxy of the candidate and writes the verdict on a pipe of its own;
+4. waits for the verdict (or, for a plain program, for the program's exit) within the
+   wall-clock limit, kills every process of the run, and writes one JSON record to
+   RESULT_FD.
 
-When this process exits as PID 1, the kernel kills everything left in the namespace.
-Standard library only: it must not import proctor.
+stdin stays open for the whole run: its end-of-file means the evaluator died, and the
+run is killed at once. When this process exits as PID 1, the kernel kills everything
+left in the namespace. Standard library only: it must not import proctor.
 """
 
-import ctypes
+import _sitebuiltins
+import _socket
+import builtins
 import json
 import os
-import resource
 import select
 import signal
 import sys
-import tempfile
 import time
 
-MS_NOSUID, MS_NODEV, MS_BIND, MS_MOVE, MS_REC = 2, 4, 4096, 8192, 16384
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _candidate  # noqa: E402
+import _confine    # noqa: E402
+import _rootfs     # noqa: E402
+import _tester     # noqa: E402
+import _wire       # noqa: E402
+
+del sys.path[0]    # nothing is imported from the project's directory after this
+LIFELINE = 0       # stdin
+
+# What `site` gives every program (site.setquit, sethelper, setcopyright), minus the files.
+builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+builtins.help = _sitebuiltins._Helper()
+builtins.copyright = _sitebuiltins._Printer("copyright", sys.copyright)
+builtins.credits = _sitebuiltins._Printer("credits", "See https://www.python.org/.")
+
+
+class EvaluatorGone(Exception):
+    pass
 
 
 def _report(fd: int, record: dict) -> None:
-    # One short line per write: atomic on a pipe (< PIPE_BUF), so records never interleave.
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     except OSError:
         pass
 
 
-def _mount(source: str, target: str, fstype: str, flags: int, opts: str = "") -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(source.encode(), target.encode(), fstype.encode(), flags, opts.encode()) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
-
-
-def _expose(ancestor: str, dirs: list) -> None:
-    """Cover `ancestor` (unreadable to the sandbox uid) with a tmpfs, then put the
-    interpreter's import dirs under it back in place, read through bind mounts."""
-    staged = []
-    for d in dirs:
-        stage = tempfile.mkdtemp(prefix=".stage-", dir="/tmp")
-        _mount(d, stage, "", MS_BIND | MS_REC)
-        staged.append((stage, d))
-    _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    for stage, d in staged:
-        os.makedirs(d, mode=0o755, exist_ok=True)
-        _mount(stage, d, "", MS_MOVE)
-        os.rmdir(stage)
-
-
 def _prepare(job: dict) -> str:
-    """Mounts, cgroups and the work directory; returns the work directory."""
-    if job["mount_tmp"]:
-        for target in ("/tmp", "/var/tmp", "/dev/shm"):
-            if os.path.isdir(target):
-                _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV,
-                       f"size={job['tmp_bytes']},mode=1777")
-        for ancestor, dirs in job["expose"]:
-            _expose(ancestor, dirs)
+    """Cgroups, the root filesystem, the work directory; returns the work directory."""
     for procs_file in job["cgroup_procs"]:
         with open(procs_file, "w") as f:
-            f.write("0")  # "0" = the writing process; its children inherit the cgroup
-    workdir = job["workdir"] or tempfile.mkdtemp(prefix="work-", dir="/tmp")
-    if job["uid"] is not None:
-        os.chown(workdir, job["uid"], job["gid"])
-    os.chmod(workdir, 0o700)
+            f.write("0")   # "0" = this process; its children inherit the cgroup
+    if job["root"] is not None:
+        workdir = _rootfs.build(job["root"], job["tmp_bytes"], job["uid"], job["gid"],
+                                proc=job["pid_namespace"])
+    else:
+        workdir = job["workdir"]   # a host directory (no mount namespace), or one in bwrap's /tmp
+        os.makedirs(workdir, exist_ok=True)
+        if job["uid"] is not None:
+            os.chown(workdir, job["uid"], job["gid"])
+        os.chmod(workdir, 0o700)
+    if job["import_dirs"] is not None:
+        # Import only from the read-only bound dirs: a path that does not exist in the new
+        # root could otherwise be created by the candidate and imported by the tester.
+        bound = job["import_dirs"]
+        sys.path[:] = [p for p in sys.path if any(_rootfs.under(p, d) for d in bound)]
+        sys.path_importer_cache.clear()
     return workdir
 
 
-def _set_limits(job: dict) -> None:
-    cpu = job["cpu_s"]
-    limits = [
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-        (resource.RLIMIT_AS, (job["memory_bytes"],) * 2),
-        (resource.RLIMIT_FSIZE, (job["file_bytes"],) * 2),
-        (resource.RLIMIT_CORE, (0, 0)),
-    ]
-    if job["max_procs"] is not None:
-        limits.append((resource.RLIMIT_NPROC, (job["max_procs"],) * 2))
-    for which, value in limits:
-        resource.setrlimit(which, value)
+def _confined(job: dict, uid, cwd: str, env: dict, max_procs) -> None:
+    _confine.confine(uid=uid, gid=uid, cwd=cwd, env=env, parent=job["runner_pid"],
+                     cpu_s=job["cpu_s"], memory_bytes=job["memory_bytes"],
+                     file_bytes=job["file_bytes"], max_procs=max_procs)
 
 
-def _program(job: dict, workdir: str, fd: int) -> None:
-    """The forked child: limits, uid drop, then the untrusted source. Never returns."""
-    nonce = job["nonce"]
+def _fork_candidate(job: dict, workdir: str, fd: int) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
     try:
-        os.setsid()
-        os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update(job["env"], HOME=workdir, TMPDIR=workdir)
-        _set_limits(job)
-        if job["uid"] is not None:
-            os.setgroups([])
-            os.setgid(job["gid"])
-            os.setuid(job["uid"])
-        code = compile(job["source"], "program.py", "exec")
-    except SyntaxError as e:
-        _report(fd, {"nonce": nonce, "pid": os.getpid(), "outcome": "failed",
-                     "detail": f"SyntaxError: {e}"})
-        os._exit(1)
+        _confine.oom_score_adj(1000)   # over the memory limit, the candidate goes first
+        _confine.keep_only_fds({3: fd})
+        _confined(job, job["uid"], workdir, {**job["env"], "HOME": workdir, "TMPDIR": workdir},
+                  job["max_procs"])
+        if job["mode"] == "check":
+            _candidate.serve(job["source"], job["entry_point"], 3)
+        else:
+            _candidate.run_program(job["source"], 3)
     except BaseException as e:
-        _report(fd, {"nonce": nonce, "pid": os.getpid(), "outcome": "error",
-                     "detail": f"sandbox setup: {e!r}"})
-        os._exit(1)
-    job = None  # the nonce stays only in this frame's `nonce`
+        print(f"sandbox: candidate setup failed: {e!r}", file=sys.stderr)
+    os._exit(70)
+
+
+def _fork_tester(job: dict, trusted: dict, fd: int, verdict_fd: int) -> int:
+    pid = os.fork()
+    if pid:
+        return pid
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
-    except MemoryError:
-        record = {"outcome": "memory", "detail": "MemoryError"}
-    except SystemExit as e:
-        record = {"outcome": "failed", "detail": f"SystemExit({e.code!r}) before the tests finished"}
+        _confine.keep_only_fds({3: fd, 4: verdict_fd})
+        _confined(job, job["tester_uid"], "/", {**job["env"], "HOME": "/", "TMPDIR": "/tmp"}, None)
+        _tester.main(job["entry_point"], trusted["prelude"], trusted["test"], 3, 4)
     except BaseException as e:
-        record = {"outcome": "failed", "detail": f"{type(e).__name__}: {e}"[:300]}
-    else:
-        record = {"outcome": "passed", "detail": ""}
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except BaseException:
-        pass
-    # The pid tells the runner's own child apart from processes the program forked.
-    _report(fd, {"nonce": nonce, "pid": os.getpid(), **record})
-    os._exit(0)
+        print(f"sandbox: tester setup failed: {e!r}", file=sys.stderr)
+    os._exit(70)
 
 
-def _kill_leftovers(job: dict, child: int) -> None:
-    """Outside a PID namespace nobody reaps the program's descendants for us."""
-    try:
-        os.killpg(child, signal.SIGKILL)
-    except OSError:
-        pass
-    if job["uid"] is not None and os.getpid() != 1:
-        # A helper with the sandbox uid can signal exactly that uid's processes.
-        pid = os.fork()
-        if pid == 0:
+def _collect(fd: int, deadline: float, until_exit=None) -> tuple[bytes, bool]:
+    """Read `fd` until EOF (or, with `until_exit`, a pidfd, until that process exits);
+    (what was read, whether the deadline came first). Raises EvaluatorGone."""
+    data = bytearray()
+    watched = [fd, LIFELINE] + ([until_exit] if until_exit is not None else [])
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return bytes(data), True
+        ready, _, _ = select.select(watched, [], [], remaining)
+        if LIFELINE in ready and not os.read(LIFELINE, 4096):
+            raise EvaluatorGone()
+        if fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk and until_exit is None:
+                return bytes(data), False
+            if not chunk:
+                watched.remove(fd)
+            elif len(data) < 65536:
+                data += chunk
+        if until_exit is not None and until_exit in ready:
+            os.set_blocking(fd, False)
             try:
-                os.setgid(job["gid"])
-                os.setuid(job["uid"])
+                while len(data) < 65536 and (chunk := os.read(fd, 65536)):
+                    data += chunk
+            except BlockingIOError:
+                pass
+            return bytes(data), False
+
+
+def _exit_status(pid: int):
+    """The exit code if `pid` has already ended (negative: the signal), else None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def _kill_uid(uid: int) -> None:
+    """A helper with that uid can signal exactly that uid's processes."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            os.kill(-1, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _children() -> list[int]:
+    me, out = str(os.getpid()), []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if f.read().rpartition(")")[2].split()[1] == me:
+                        out.append(int(entry))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+def _kill_everything(job: dict, pids: list[int]) -> None:
+    if job["pid_namespace"]:   # in a PID namespace, kill(-1) is everyone but us (and its init)
+        while True:
+            try:
                 os.kill(-1, signal.SIGKILL)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
+            except ProcessLookupError:
+                pass
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+    # No PID namespace: each child leads its own session; the run's uids are killed by
+    # uid; orphans come back to us (the subreaper) and are killed as our children.
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    for uid in (job["uid"], job["tester_uid"]):
+        if uid is not None:
+            _kill_uid(uid)
+    for _ in range(1000):
+        for pid in _children():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            return
+        time.sleep(0.001)
+
+
+def _run_check(job: dict, workdir: str, deadline: float, pids: list[int]) -> dict:
+    ours, theirs = (s.detach() for s in _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM))
+    candidate = _fork_candidate(job, workdir, theirs)
+    pids.append(candidate)
+    os.close(theirs)
+    trusted = _wire.recv(LIFELINE)   # only now: the candidate's memory never held the tests
+    verdict_r, verdict_w = os.pipe()
+    tester = _fork_tester(job, trusted, ours, verdict_w)
+    pids.append(tester)
+    os.close(verdict_w)
+    os.close(ours)
+    raw, timed_out = _collect(verdict_r, deadline)
+    os.close(verdict_r)
+    try:
+        verdict = json.loads(raw) if raw and not timed_out else None
+    except ValueError:
+        verdict = None
+    record = {"mode": "check", "verdict": verdict, "timed_out": timed_out,
+              "candidate_exit": _exit_status(candidate), "tester_exit": None}
+    if not timed_out:
+        for _ in range(100):   # the tester exits right after its verdict
+            record["tester_exit"] = _exit_status(tester)
+            if record["tester_exit"] is not None:
+                break
+            time.sleep(0.002)
+    return record
+
+
+def _run_program(job: dict, workdir: str, deadline: float, pids: list[int]) -> dict:
+    report_r, report_w = os.pipe()
+    child = _fork_candidate(job, workdir, report_w)
+    pids.append(child)
+    os.close(report_w)
+    pidfd = os.pidfd_open(child)
+    raw, timed_out = _collect(report_r, deadline, until_exit=pidfd)
+    os.close(pidfd)
+    exit_code = None if timed_out else _exit_status(child)
+    program = None
+    for line in raw.decode("utf-8", "replace").splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        # Only the runner's own child counts: a copy it forked also runs to the end.
+        if isinstance(rec, dict) and rec.get("pid") == child:
+            program = rec
+            break
+    os.close(report_r)
+    return {"mode": "program", "program": program, "timed_out": timed_out,
+            "exit_code": exit_code}
 
 
 def main() -> None:
-    fd = int(sys.argv[1])
-    job = json.loads(sys.stdin.readline())
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)  # the program reads an empty stdin
+    result_fd = int(sys.argv[1])
+    _confine.prctl(_confine.PR_SET_DUMPABLE, 0)
+    _confine.prctl(_confine.PR_SET_CHILD_SUBREAPER, 1)
+    _confine.oom_score_adj(-1000)   # the runner (and the tester it forks) outlive a memory hog
+    try:
+        job = _wire.recv(LIFELINE)
+    except (EOFError, _wire.WireError):
+        sys.exit(1)
+    job["runner_pid"] = os.getpid()
     try:
         workdir = _prepare(job)
     except BaseException as e:
-        _report(fd, {"nonce": job["nonce"], "runner": True, "setup_error": repr(e)})
+        _report(result_fd, {"setup_error": repr(e)})
         sys.exit(1)
     start = time.monotonic()
-    child = os.fork()
-    if child == 0:
-        _program(job, workdir, fd)
-    pidfd = os.pidfd_open(child)
-    ready, _, _ = select.select([pidfd], [], [], job["wall_s"])
-    timed_out = not ready
-    if timed_out:
-        os.kill(child, signal.SIGKILL)
-    _, status = os.waitpid(child, 0)
+    deadline = start + job["wall_s"]
+    pids: list[int] = []
+    try:
+        run = _run_check if job["mode"] == "check" else _run_program
+        record = run(job, workdir, deadline, pids)
+    except (EvaluatorGone, EOFError, _wire.WireError):
+        _kill_everything(job, pids)
+        os._exit(1)
     elapsed = time.monotonic() - start
-    _kill_leftovers(job, child)
-    _report(fd, {"nonce": job["nonce"], "runner": True, "child_pid": child, "timed_out": timed_out,
-                 "exit_code": os.waitstatus_to_exitcode(status), "elapsed_s": round(elapsed, 3)})
+    _kill_everything(job, pids)
+    _report(result_fd, {**record, "elapsed_s": round(elapsed, 3)})
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ whole run: every process it forks, and the tmpfs pages it writes. Each run gets 
 child cgroup under the evaluator's own, which the runner joins before forking the
 program. Works with cgroup v1 (a hierarchy per controller) and v2 (one unified
 hierarchy, when the controllers are delegated to our cgroup's children).
+
+A run's cgroup is named by the caller (`leftovers.run_name()`: it carries the creating
+process's identity), and `sweep(is_dead)` removes those a dead process left behind.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 ROOT = Path("/sys/fs/cgroup")
 # controller -> (v1 limit file, v2 limit file)
@@ -77,18 +80,31 @@ def available() -> tuple[str, ...]:
     return tuple(h.controller for h in _hierarchies())
 
 
+def _no_swap(path: Path, v2: bool, memory_bytes: int) -> None:
+    """Best effort: a run over its memory limit is killed rather than swapped out (which
+    is slow, and writes its pages to the host's disk)."""
+    settings = [("memory.swap.max", "0")] if v2 else [("memory.swappiness", "0"),
+                                                       ("memory.memsw.limit_in_bytes", str(memory_bytes))]
+    for name, value in settings:
+        try:
+            (path / name).write_text(value)
+        except OSError:
+            pass
+
+
 class RunCgroups:
     """The cgroups of one run: created with limits, joined by the runner, removed after."""
 
-    def __init__(self, max_procs: int, memory_bytes: int, enabled: bool = True):
+    def __init__(self, name: str, max_procs: int, memory_bytes: int, enabled: bool = True):
         self.dirs: list[tuple[_Hierarchy, Path]] = []
-        name = f"proctor-sandbox-{uuid.uuid4().hex[:12]}"
         limits = {"pids": max_procs, "memory": memory_bytes}
         for h in _hierarchies() if enabled else ():
             path = h.parent / name
             path.mkdir()
             self.dirs.append((h, path))
             (path / h.limit_file).write_text(str(limits[h.controller]))
+            if h.controller == "memory":
+                _no_swap(path, h.v2, memory_bytes)
 
     @property
     def procs_files(self) -> list[str]:
@@ -119,3 +135,24 @@ class RunCgroups:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def sweep(is_leftover: Callable[[str, float], bool], prefix: str = "proctor-sandbox-") -> list[Path]:
+    """rmdir every run cgroup `is_leftover(name, mtime)` says a dead run left; returns
+    those removed. The kernel refuses to remove one that still has processes."""
+    removed = []
+    for h in _hierarchies():
+        try:
+            entries = list(h.parent.iterdir())
+        except OSError:
+            continue
+        for path in entries:
+            if not path.name.startswith(prefix):
+                continue
+            try:
+                if is_leftover(path.name, path.stat().st_mtime):
+                    path.rmdir()
+                    removed.append(path)
+            except OSError:
+                pass
+    return removed

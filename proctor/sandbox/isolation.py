@@ -1,21 +1,24 @@
 """Which isolation this machine allows, and the command prefix that sets it up.
 
-From strongest to weakest:
+From strongest to weakest (the first that works is used):
 
-- `bwrap`: bubblewrap with new network, PID, IPC and UTS namespaces, a read-only view of
-  `/`, fresh `/tmp`, `/var/tmp`, `/dev/shm`, `/dev` and `/proc`; dies with the evaluator.
-- `namespaces`: util-linux `unshare` with new network, PID (own /proc), mount, IPC and UTS
-  namespaces; the runner mounts private tmpfs over the world-writable directories.
-- `none`: a plain child process. It has no network isolation, so it is refused unless
-  the caller passes `allow_unsafe_exec=True`.
+- `namespaces`: util-linux `unshare` with new network, PID, mount, IPC and UTS
+  namespaces; the runner (PID 1 and root there) builds a new root on one size-capped
+  tmpfs with read-only bind mounts of just the interpreter's files (`root_layout()`),
+  a minimal /dev and a fresh /proc, and pivots into it (see `_rootfs`).
+- `bwrap`: bubblewrap with the same namespaces, building the same layout itself (the
+  machine this was developed on has none installed: checked with a bubblewrap 0.8
+  binary put on PATH).
+- `none`: plain child processes in a fresh host temporary directory. It has no network
+  isolation, so it is refused unless the caller passes `allow_unsafe_exec=True`.
 
-On top of either namespace kind, when the evaluator is root the program runs under a
-dedicated unprivileged uid (one per pool slot): it cannot signal the evaluator, cannot
-write outside its directory, and RLIMIT_NPROC binds (it never binds root). A directory
-that uid cannot enter but the interpreter lives under (e.g. /root for a pyenv Python) is
-covered by an empty tmpfs with only the interpreter bound back, which also hides the rest
-of it. When not root, the namespaces are entered through a user namespace instead, with
-no uid drop (untested here: this machine runs as root).
+On top of either namespace kind, when the evaluator is root the candidate runs under a
+dedicated unprivileged uid per pool slot and the tester under another
+(`candidate_uid` / `tester_uid`): the candidate cannot signal, trace or read the tester
+or the runner, and RLIMIT_NPROC binds. When not root, the namespaces are entered through
+a user namespace instead, with no uid to drop to: the candidate gives up its
+capabilities and the trusted processes are non-dumpable (untested here: this machine
+runs as root).
 """
 
 from __future__ import annotations
@@ -33,10 +36,21 @@ from typing import Optional
 
 from proctor.errors import UserError
 from proctor.sandbox import cgroups
+from proctor.sandbox.layout import outermost, root_layout
 
-#: first of 256 uids for sandbox slots (Debian's "allocated on demand" range 60000-64999);
-#: they must belong to no real account, as RLIMIT_NPROC counts all of a uid's processes
+#: first of 512 uids for sandbox slots (Debian's "allocated on demand" range 60000-64999):
+#: candidates use BASE + slot, testers BASE + 256 + slot. They must belong to no real
+#: account, as RLIMIT_NPROC counts all of a uid's processes.
 SANDBOX_UID_BASE = 64000
+SLOTS = 256
+
+
+def candidate_uid(slot: int) -> int:
+    return SANDBOX_UID_BASE + slot
+
+
+def tester_uid(slot: int) -> int:
+    return SANDBOX_UID_BASE + SLOTS + slot
 
 
 class Isolation(str, enum.Enum):
@@ -90,14 +104,13 @@ def _uid_mapped(uid: int) -> bool:
 
 @lru_cache(maxsize=1)
 def interpreter_dirs() -> tuple[str, ...]:
-    """What the sandbox must be able to read: the interpreter, `python -I`'s import path
-    and the runner script (outermost directories only)."""
+    """What the sandbox must be able to read in the `none` isolation: the interpreter,
+    `python -I`'s import path and the runner script (outermost directories only)."""
     out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
                          capture_output=True, text=True, check=True, env={"PATH": os.defpath})
     wanted = {*json.loads(out.stdout), sys.prefix, sys.base_prefix,
               os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.abspath(__file__))}
-    dirs = sorted(os.path.realpath(p) for p in wanted if p and os.path.isdir(p))
-    return tuple(d for d in dirs if not any(d.startswith(k + "/") for k in dirs if k != d))
+    return outermost(p for p in wanted if p and os.path.isdir(p))
 
 
 def _blocking_ancestor(path: str) -> Optional[str]:
@@ -111,11 +124,8 @@ def _blocking_ancestor(path: str) -> Optional[str]:
 
 
 def exposures() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(ancestor, interpreter dirs under it) where the sandbox uid could not reach them.
-
-    With a mount namespace the ancestor is covered by an empty tmpfs (which also hides
-    the rest of it, e.g. /root) and those dirs are bind-mounted back in place.
-    """
+    """(ancestor, interpreter dirs under it) where the sandbox uid could not reach them
+    without a new root (which creates every parent 0755 itself)."""
     plan: dict[str, list[str]] = {}
     for d in interpreter_dirs():
         ancestor = _blocking_ancestor(d)
@@ -124,26 +134,43 @@ def exposures() -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple((a, tuple(ds)) for a, ds in plan.items())
 
 
+RUNNER_FILES = ("_runner.py", "_candidate.py", "_confine.py", "_rootfs.py", "_tester.py", "_wire.py")
+BWRAP_RUNNER_DIR = "/.proctor-runner"   # where bwrap shows the runner (and nothing else of proctor)
+
+
+def runner_path(info: SandboxInfo) -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(BWRAP_RUNNER_DIR if info.isolation is Isolation.BWRAP else here, "_runner.py")
+
+
 def bwrap_prefix(root: bool) -> list[str]:
+    layout = root_layout()
+    here = os.path.dirname(os.path.abspath(__file__))
     prefix = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-              "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-              "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/dev/shm"]
-    for ancestor, dirs in exposures():
-        prefix += ["--tmpfs", ancestor]
-        for d in dirs:
-            # --dir makes each parent 0755 (bwrap would create missing parents 0700)
-            parts = d[len(ancestor):].strip("/").split("/")
-            for i in range(1, len(parts)):
-                prefix += ["--dir", ancestor + "/" + "/".join(parts[:i])]
-            prefix += ["--ro-bind", d, d]
+              "--die-with-parent", "--new-session", "--dev", "/dev", "--proc", "/proc",
+              "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    made = set()
+    for path in (*layout.dirs, *layout.files):
+        # --dir makes each parent 0755 (bwrap would create missing parents 0700)
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            parent = "/" + "/".join(parts[:i])
+            if parent not in made:
+                made.add(parent)
+                prefix += ["--dir", parent]
+        prefix += ["--ro-bind", path, path]
+    for h in layout.hidden:
+        prefix += ["--tmpfs", h, "--remount-ro", h]
+    prefix += ["--dir", BWRAP_RUNNER_DIR]
+    for name in RUNNER_FILES:
+        prefix += ["--ro-bind", os.path.join(here, name), f"{BWRAP_RUNNER_DIR}/{name}"]
     if not root:
         prefix.insert(1, "--unshare-user")
     return prefix
 
 
 def unshare_prefix(root: bool) -> list[str]:
-    prefix = ["unshare", "--net", "--pid", "--mount", "--ipc", "--uts", "--fork",
-              "--kill-child", "--mount-proc"]
+    prefix = ["unshare", "--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "--kill-child"]
     if not root:
         prefix.insert(1, "--map-root-user")
     return prefix
@@ -153,12 +180,13 @@ def unshare_prefix(root: bool) -> list[str]:
 def detect() -> SandboxInfo:
     """The strongest isolation that works here (probed once per process)."""
     root = _is_root()
-    drops_uid = root and _uid_mapped(SANDBOX_UID_BASE + 255)
+    drops_uid = root and _uid_mapped(tester_uid(SLOTS - 1))
     controllers = cgroups.available()
-    if shutil.which("bwrap") and _works(bwrap_prefix(root) + ["true"]):
-        return SandboxInfo(Isolation.BWRAP, drops_uid, controllers)
     if shutil.which("unshare") and _works(unshare_prefix(root) + ["true"]):
         return SandboxInfo(Isolation.NAMESPACES, drops_uid, controllers)
+    # bwrap's root holds the interpreter and nothing else to run
+    if shutil.which("bwrap") and _works(bwrap_prefix(root) + [sys.executable, "-I", "-c", ""]):
+        return SandboxInfo(Isolation.BWRAP, drops_uid, controllers)
     # Without a mount namespace nothing can make a stdlib under e.g. /root readable to
     # another uid, and a program that cannot import `math` would fail every test.
     return SandboxInfo(Isolation.NONE, drops_uid and not exposures(), controllers)

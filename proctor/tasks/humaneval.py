@@ -10,7 +10,11 @@ Both specs reproduce lm-evaluation-harness 0.4.13's `humaneval` task family
 - the program run is `prompt + completion + "\\n" + test + "\\ncheck(entry_point)"`
   (lm-eval's `build_predictions` filter joins prompt and completion; HF `code_eval`
   appends "\\n" and the reference, which is `doc_to_target` = test + "\\ncheck(...)");
-- a sample passes when that program runs to the end within 3 s (code_eval's timeout);
+- a sample passes when that program runs to the end within 3 s (code_eval's timeout).
+  It is run split in two (`sandbox.judge`), so that generated code cannot report its
+  own pass: `prompt + completion` in the sandboxed candidate process, the prompt (for
+  the helpers some tests call) and `test` + `check(entry_point)` in a trusted tester
+  process that reaches the completed function only by calls carrying plain data;
 - per-doc pass@k is the unbiased estimator of Chen et al. (2021), averaged over docs.
 
 Specs:
@@ -78,7 +82,12 @@ class Problem:
     canonical_solution: str
 
     def program(self, completion: str) -> str:
+        """The single program lm-eval / code_eval run (what `candidate` splits in two)."""
         return self.prompt + completion + "\n" + self.test + f"\ncheck({self.entry_point})"
+
+    def candidate(self, completion: str) -> sandbox.Candidate:
+        return sandbox.Candidate(source=self.prompt + completion, entry_point=self.entry_point,
+                                 prelude=self.prompt, test=self.test)
 
 
 class HumanEvalTask(GenerationTask):
@@ -126,10 +135,10 @@ class HumanEvalTask(GenerationTask):
             if len(res.samples) < max(self.variant.ks):
                 raise ValueError(f"{inst.query_id}: {len(res.samples)} samples, pass@k needs "
                                  f"{max(self.variant.ks)}")
-        programs = [inst.target.program(s.text) for inst, res in zip(instances, results)
-                    for s in res.samples]
-        runs = iter(sandbox.run_many(programs, self.limits, workers=self.workers,
-                                     allow_unsafe_exec=self.allow_unsafe_exec))
+        candidates = [inst.target.candidate(s.text) for inst, res in zip(instances, results)
+                      for s in res.samples]
+        runs = iter(sandbox.judge_many(candidates, self.limits, workers=self.workers,
+                                       allow_unsafe_exec=self.allow_unsafe_exec))
         where = self.sandbox_info().describe()
         return [self._doc_score(inst, res, [next(runs) for _ in res.samples], where)
                 for inst, res in zip(instances, results)]

@@ -1,0 +1,119 @@
+"""The untrusted process: runs generated code, already confined (see `_confine`).
+Standard library only (the runner imports it).
+
+`serve`: executes the candidate module, says "ready" (or how it failed), then answers
+calls of its entry point and nothing else, each as plain data over the channel (`_wire`).
+Everything here runs beside the generated code, which may rewrite any of it; that is
+harmless, as all this process can do is send bytes, and the tester trusts none of them
+beyond their decoded plain value.
+
+`run_program`: executes a whole program and reports whether it ran to its end (the
+program judges itself: only for code that holds no tests it could skip).
+"""
+
+import builtins
+import json
+import os
+import sys
+
+try:
+    from . import _wire            # imported as part of proctor.sandbox
+except ImportError:
+    import _wire                   # imported by the runner from this directory
+
+
+def _describe(e: BaseException) -> str:
+    try:
+        if isinstance(e, SystemExit):
+            return f"SystemExit({e.code!r})"[:300]
+        return f"{type(e).__name__}: {e}"[:300]
+    except BaseException:
+        return type(e).__name__[:100]
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def _load(source: str, entry_point: str) -> tuple[object, dict]:
+    """(the entry point, None) or (None, the setup_error message)."""
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(source, "program.py", "exec"), namespace)
+    except SyntaxError as e:
+        return None, {"setup_error": f"SyntaxError: {e}"[:300], "kind": "failed"}
+    except MemoryError:
+        return None, {"setup_error": "MemoryError", "kind": "memory"}
+    except BaseException as e:
+        return None, {"setup_error": f"{_describe(e)} while loading the program", "kind": "failed"}
+    fn = namespace.get(entry_point)
+    if not callable(fn):
+        return None, {"setup_error": f"NameError: {entry_point!r} is not a function of the program",
+                      "kind": "failed"}
+    return fn, None
+
+
+def _reply(fn, request: dict) -> dict:
+    try:
+        args = _wire.from_plain(request["args"])
+        kwargs = _wire.from_plain(request["kwargs"])
+        result = fn(*args, **kwargs)
+    except MemoryError:
+        return {"raise": "MemoryError", "message": "", "base": False}
+    except Exception as e:
+        return {"raise": type(e).__name__[:100], "message": _describe(e).partition(": ")[2], "base": False}
+    except BaseException as e:
+        return {"raise": type(e).__name__[:100], "message": _describe(e), "base": True}
+    try:
+        return {"return": _wire.to_plain(result)}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"[:300]}
+
+
+def serve(source: str, entry_point: str, fd: int) -> None:
+    fn, failure = _load(source, entry_point)
+    _flush()
+    _wire.send(fd, failure or {"ready": True})
+    if failure:
+        os._exit(0)
+    while True:
+        try:
+            request = _wire.recv(fd)
+        except EOFError:
+            os._exit(0)
+        reply = _reply(fn, request)
+        _flush()
+        try:
+            _wire.send(fd, reply)
+        except _wire.WireError as e:   # e.g. a return value over the size limit
+            _wire.send(fd, {"error": str(e)[:300]})
+
+
+def run_program(source: str, fd: int) -> None:
+    """Run `source` as __main__; write one JSON line to fd: how it ended, with our pid
+    (so a forked copy reaching the end is told apart)."""
+    try:
+        code = compile(source, "program.py", "exec")
+    except SyntaxError as e:
+        record = {"outcome": "failed", "detail": f"SyntaxError: {e}"[:300]}
+    else:
+        try:
+            exec(code, {"__name__": "__main__", "__builtins__": builtins})
+        except MemoryError:
+            record = {"outcome": "memory", "detail": "MemoryError"}
+        except SystemExit as e:
+            record = {"outcome": "failed", "detail": f"{_describe(e)} before the tests finished"}
+        except BaseException as e:
+            record = {"outcome": "failed", "detail": _describe(e)}
+        else:
+            record = {"outcome": "passed", "detail": ""}
+    _flush()
+    try:
+        os.write(fd, (json.dumps({"pid": os.getpid(), **record}) + "\n").encode())
+    except OSError:
+        pass
+    os._exit(0)

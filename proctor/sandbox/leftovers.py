@@ -1,0 +1,81 @@
+"""What a killed evaluator leaves behind, and removing it on the next run.
+
+Everything a run creates on the host (its cgroups; for the `none` isolation its work
+directory) is named `proctor-sandbox-<pid>-<start time>-<random>` after the process that
+created it, so `sweep()` can tell a dead creator's (removed) from a live concurrent
+run's (kept, whatever process it belongs to). The sandbox processes themselves die with
+the evaluator: the runner treats the end of its stdin as the evaluator's death.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from proctor.sandbox import cgroups
+
+PREFIX = "proctor-sandbox-"
+_TAGGED = re.compile(rf"^{PREFIX}(\d+)-(\d+)-")
+_LEGACY = re.compile(rf"^{PREFIX}[0-9a-f]{{12}}$")   # cgroups named before the creator was
+LEGACY_AGE_S = 600.0                                  # far longer than any run lasts
+
+
+def _start_time(pid: int) -> Optional[int]:
+    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _tag() -> str:
+    pid = os.getpid()
+    return f"{pid}-{_start_time(pid)}"
+
+
+def run_name() -> str:
+    """A fresh name for one run's cgroups."""
+    return f"{PREFIX}{_tag()}-{secrets.token_hex(6)}"
+
+
+def host_workdir() -> str:
+    """A fresh host work directory (the `none` isolation's), named like a run cgroup."""
+    return tempfile.mkdtemp(prefix=f"{PREFIX}{_tag()}-")
+
+
+def creator_dead(name: str, mtime: float, now: float) -> bool:
+    """Whether `name` was made by a process that no longer exists (a pid reused since
+    has another start time). Untagged names count as dead once they are old."""
+    m = _TAGGED.match(name)
+    if m is None:
+        return bool(_LEGACY.match(name)) and now - mtime > LEGACY_AGE_S
+    pid, start = int(m.group(1)), int(m.group(2))
+    return _start_time(pid) != start
+
+
+def sweep() -> tuple[list[Path], list[Path]]:
+    """Remove dead runs' cgroups (only empty ones: the kernel refuses others) and host
+    work directories; returns (cgroups removed, directories removed)."""
+    now = time.time()
+    removed_cgroups = cgroups.sweep(lambda name, mtime: creator_dead(name, mtime, now), PREFIX)
+    removed_dirs = []
+    tmp = Path(tempfile.gettempdir())
+    try:
+        entries = [p for p in tmp.iterdir() if p.name.startswith(PREFIX) and _TAGGED.match(p.name)]
+    except OSError:
+        entries = []
+    for path in entries:
+        try:
+            if path.is_dir() and not path.is_symlink() and creator_dead(path.name, 0.0, now):
+                shutil.rmtree(path, ignore_errors=True)
+                removed_dirs.append(path)
+        except OSError:
+            pass
+    return removed_cgroups, removed_dirs
