@@ -1,7 +1,8 @@
 """Atomic file and directory writes: a reader sees the old state or the whole new one.
 
 Staging directories sit beside their destination, named after it, the host and the
-pid that made them, so the next run can remove what a killed one left behind.
+process that made them (`proctor.liveness`), so the next run can remove what a killed
+one left behind.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from proctor.errors import UserError
+from proctor.liveness import maker_alive, process_tag
 
 _STAGE_MARK = ".proctor-stage"   # inside every staging directory until it is published
 
@@ -51,30 +53,21 @@ def _host() -> str:
     return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_dead_stages(parent: Path, name: str) -> None:
     """Remove staging directories for `name` in `parent` whose maker (on this host) is dead.
 
     Only directories still carrying the stage mark (or empty) are removed: a directory
     that merely looks like one is left alone.
     """
-    pattern = re.compile(rf"\.{re.escape(name)}\.[a-z]+-{_host()}-(\d+)-")
+    pattern = re.compile(rf"\.{re.escape(name)}\.[a-z]+-{_host()}-(\d+)-(\d+)-")
     try:
         entries = list(parent.iterdir())
     except OSError:
         return
     for entry in entries:
         match = pattern.match(entry.name)
-        if not match or _alive(int(match.group(1))) or entry.is_symlink() or not entry.is_dir():
+        if not match or maker_alive(int(match.group(1)), int(match.group(2))) or entry.is_symlink() \
+                or not entry.is_dir():
             continue
         if (entry / _STAGE_MARK).is_file() or not any(entry.iterdir()):
             shutil.rmtree(entry, ignore_errors=True)
@@ -83,7 +76,7 @@ def remove_dead_stages(parent: Path, name: str) -> None:
 def make_stage(parent: Path, name: str, kind: str) -> Path:
     """A new marked staging directory for `name` in `parent` (after clearing dead ones)."""
     remove_dead_stages(parent, name)
-    stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.{kind}-{_host()}-{os.getpid()}-"))
+    stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.{kind}-{_host()}-{process_tag()}-"))
     (stage / _STAGE_MARK).touch()
     return stage
 

@@ -9,15 +9,14 @@ the evaluator: the runner treats the end of its stdin as the evaluator's death.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
+from proctor.liveness import maker_alive, process_tag
 from proctor.sandbox import cgroups
 
 PREFIX = "proctor-sandbox-"
@@ -26,28 +25,14 @@ _LEGACY = re.compile(rf"^{PREFIX}[0-9a-f]{{12}}$")   # cgroups named before the 
 LEGACY_AGE_S = 600.0                                  # far longer than any run lasts
 
 
-def _start_time(pid: int) -> Optional[int]:
-    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rpartition(")")[2].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def _tag() -> str:
-    pid = os.getpid()
-    return f"{pid}-{_start_time(pid)}"
-
-
 def run_name() -> str:
     """A fresh name for one run's cgroups."""
-    return f"{PREFIX}{_tag()}-{secrets.token_hex(6)}"
+    return f"{PREFIX}{process_tag()}-{secrets.token_hex(6)}"
 
 
 def host_workdir() -> str:
     """A fresh host work directory (the `none` isolation's), named like a run cgroup."""
-    return tempfile.mkdtemp(prefix=f"{PREFIX}{_tag()}-")
+    return tempfile.mkdtemp(prefix=f"{PREFIX}{process_tag()}-")
 
 
 def creator_dead(name: str, mtime: float, now: float) -> bool:
@@ -56,8 +41,7 @@ def creator_dead(name: str, mtime: float, now: float) -> bool:
     m = _TAGGED.match(name)
     if m is None:
         return bool(_LEGACY.match(name)) and now - mtime > LEGACY_AGE_S
-    pid, start = int(m.group(1)), int(m.group(2))
-    return _start_time(pid) != start
+    return not maker_alive(int(m.group(1)), int(m.group(2)))
 
 
 def sweep() -> tuple[list[Path], list[Path]]:
