@@ -23,8 +23,9 @@ import proctor
 from proctor import sandbox
 from proctor.requests import GenerateResult, Generation
 from proctor.sandbox import Isolation, Limits, Outcome, cgroups, leftovers, run_program
-from proctor.sandbox.isolation import SANDBOX_UID_BASE, SLOTS
 from proctor.tasks.registry import resolve
+
+from test_sandbox import sandbox_processes
 
 INFO = sandbox.detect()
 UNSAFE_OK = not INFO.network_isolated
@@ -655,19 +656,6 @@ else:
 """
 
 
-def _sandbox_uid_processes() -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                uid = entry.stat().st_uid
-            except OSError:
-                continue
-            if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 2 * SLOTS:
-                pids.append(int(entry.name))
-    return pids
-
-
 def _children(pid: int) -> list[int]:
     out = []
     for entry in Path("/proc").iterdir():
@@ -703,7 +691,7 @@ def test_a_killed_evaluator_leaves_no_sandbox_running_and_the_next_run_cleans_up
             procs = [int(p) for g in groups for p in (g / "cgroup.procs").read_text().split()]
             if INFO.cgroups and len(groups) >= 2 * len(INFO.cgroups) and len(procs) >= 4:
                 break
-            if not INFO.cgroups and len(_sandbox_uid_processes()) >= 2:
+            if not INFO.cgroups and len(sandbox_processes()) >= 2:
                 break
             assert evaluator.poll() is None, evaluator.stderr.read().decode()
             time.sleep(0.1)
