@@ -54,16 +54,6 @@ def _json_object(text: str) -> dict:
     return value
 
 
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < value <= 1:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a fraction in (0, 1], got {text}")
-    return value
-
-
 def _batch_size(text: str):
     return "auto" if text == "auto" else _positive_int(text)
 
@@ -124,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="vllm: read answer letters from one generated position (OLMES fast path; -999 "
                           "outside the top 20); recorded in metrics.json")
     run.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="vllm: GPUs per model")
-    run.add_argument("--gpu-memory-utilization", type=_fraction, help="vllm: share of GPU memory (default 0.9)")
+    run.add_argument("--gpu-memory-utilization", type=float, help="vllm: share of GPU memory (default 0.9)")
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 

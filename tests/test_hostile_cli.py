@@ -193,6 +193,22 @@ def test_prompts_cut_by_max_length_are_warned_about_and_recorded(tiny, data_dir,
     assert not json.loads((tmp_path / "full" / "metrics.json").read_text())["warnings"]
 
 
+def test_generation_prompts_cut_by_max_length_are_warned_about_cached_or_not(tiny, data_dir, tmp_path):
+    def gsm8k(out: str):
+        return subprocess.run(
+            [sys.executable, "-m", "proctor", "run", "--model", str(tiny), "--tasks", "gsm8k::olmes", "--limit", "1",
+             "--max-length", "600", "--data-dir", str(data_dir), "--no-progress", "--output", str(tmp_path / out)],
+            capture_output=True, text=True, timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "PROCTOR_CACHE_DIR": str(tmp_path / "c")})
+
+    for out in ("first", "cached"):
+        done = gsm8k(out)
+        assert done.returncode == 0, done.stderr
+        assert "gsm8k::olmes: 1 of 1 documents did not fit in --max-length 600" in done.stderr, done.stderr
+    first, cached = (json.loads((tmp_path / o / "metrics.json").read_text()) for o in ("first", "cached"))
+    assert cached["engine"]["gen_batches_run"] == 0 and cached["warnings"] == first["warnings"]
+
+
 # ---- class 8: what a killed GGUF conversion left is removed by the next -------------
 
 def test_a_killed_gguf_conversion_leaves_nothing_for_long(tmp_path, monkeypatch):

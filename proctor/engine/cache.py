@@ -117,13 +117,11 @@ class ResultCache:
         text = str(e)
         where = self.path
         code = getattr(e, "sqlite_errorname", "")
-        if "full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            return UserError(f"cannot store results in the result cache {where}: the disk is full; results "
-                             "finished so far are kept there: free space and rerun the same command")
-        if code.startswith("SQLITE_IOERR") and doing == "store results":  # a file size limit shows as this
-            return UserError(f"cannot store results in the result cache {where} ({text}: the disk is full "
-                             "or failing); results finished so far are kept there: free space and rerun the "
-                             "same command")
+        full = "full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        if full or (code.startswith("SQLITE_IOERR") and doing == "store results"):  # a file size limit: IOERR
+            why = "the disk is full" if full else f"{text}: the disk is full or failing"
+            return UserError(f"cannot store results in the result cache {where} ({why}); results finished so "
+                             "far are kept there: free space and rerun the same command")
         if "readonly" in text or "read-only" in text or "unable to open" in text or isinstance(e, PermissionError):
             return UserError(f"cannot write the result cache {where} ({text}); make it writable or set "
                              "PROCTOR_CACHE_DIR to a writable directory")

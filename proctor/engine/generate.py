@@ -72,8 +72,14 @@ def run_generation(engine: "Engine", requests: Sequence[Generate]) -> list[Gener
     progress.advance(len(pool.known))
     try:
         keys = list(unique)
-        contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
-        engine.truncated.update((k, c.dropped) for k, c in zip(keys, contexts) if c.dropped)
+        if len(pool.known) == len(unique) and engine.cache is not None:  # noted when they were planned
+            engine.truncated.update(engine.cache.get_truncated(engine.fingerprint, keys))
+        else:
+            contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
+            dropped = {k: c.dropped for k, c in zip(keys, contexts) if c.dropped}
+            engine.truncated.update(dropped)
+            if engine.cache is not None:
+                engine.cache.put_truncated(engine.fingerprint, dropped)
         if len(pool.known) < len(unique):
             batches = plan_generation([(k, unique[k], c.tokens) for k, c in zip(keys, contexts)],
                                       generation_limits(engine), engine.seed)

@@ -216,7 +216,7 @@ def cmd_score(args: argparse.Namespace, bank=None) -> int:
     write_owned_file(out, jsonl_text(scored).encode())
     write_owned_file(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
     print_summary(summary)
-    print(f"wrote {out} and {out.with_name(f'{name}.summary.json')}")
+    print(f"wrote {out} and {summary_path}")
     return 0
 
 
