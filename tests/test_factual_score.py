@@ -91,5 +91,5 @@ def test_invalid_json_lines_are_reported_by_line_number(tmp_path):
 def test_a_file_that_is_not_text_is_a_clear_error(tmp_path):
     path = tmp_path / "gens.jsonl"
     path.write_bytes(b"\xff\xfe\x00binary")
-    with pytest.raises(UserError, match="not UTF-8 text"):
+    with pytest.raises(UserError, match="not valid UTF-8 text"):
         list(read_jsonl(path))

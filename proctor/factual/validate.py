@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from proctor.data.readers import split_lines
+from proctor.data.readers import decode_text, split_lines
 from proctor.errors import UserError
 from proctor.factual.prompts import DECODING, build_prompt
 
@@ -49,11 +49,7 @@ def read_jsonl(path: Path) -> Iterator[Any]:
         data = Path(path).read_bytes()
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8-sig")  # a leading byte-order mark dropped
-    except UnicodeDecodeError:
-        raise UserError(f"{path} is not UTF-8 text; expected one JSON object per line") from None
-    for line in split_lines(text):
+    for line in split_lines(decode_text(data, path)):
         yield _parse_line(line)
 
 
