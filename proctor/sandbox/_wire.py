@@ -116,10 +116,14 @@ def loads(body: bytes) -> dict:
     return message
 
 
-def send(fd: int, message: dict) -> None:
+def frame(message: dict) -> bytes:
+    """`message` as it travels: its length, then its JSON."""
     body = dumps(message)
-    data = struct.pack(">I", len(body)) + body
-    view = memoryview(data)
+    return struct.pack(">I", len(body)) + body
+
+
+def send(fd: int, message: dict) -> None:
+    view = memoryview(frame(message))
     while view:
         view = view[os.write(fd, view):]
 

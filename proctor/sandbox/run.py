@@ -23,7 +23,6 @@ import queue
 import selectors
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -68,14 +67,6 @@ def _job(mode: str, source: str, entry_point: Optional[str], limits: Limits, inf
         # RLIMIT_NPROC counts every process of the uid: only meaningful for our own uid.
         "max_procs": limits.max_procs if info.drops_uid else None,
     }
-
-
-def _frames(messages: list[dict]) -> bytes:
-    out = bytearray()
-    for message in messages:
-        body = _wire.dumps(message)
-        out += struct.pack(">I", len(body)) + body
-    return bytes(out)
 
 
 def _exchange(proc: subprocess.Popen, to_send: bytes, out_fd: int, res_fd: int, deadline: float,
@@ -164,7 +155,7 @@ def _run(mode: str, source: str, entry_point: Optional[str], trusted: Optional[d
         job = _job(mode, source, entry_point, limits, info, slot,
                    BWRAP_WORKDIR if info.isolation is Isolation.BWRAP else workdir, cgroups.procs_files)
         try:
-            to_send = _frames([job] + ([trusted] if trusted is not None else []))
+            to_send = b"".join(map(_wire.frame, [job] + ([trusted] if trusted is not None else [])))
         except _wire.WireError as e:
             return ExecResult(Outcome.ERROR, f"cannot hand the job to the sandbox: {e}", "", False, 0.0)
         res_r, res_w = os.pipe()
