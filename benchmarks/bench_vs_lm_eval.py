@@ -49,7 +49,7 @@ HELLASWAG = "hellaswag:rc::olmes"
 
 def task_instances(task: str, items: int) -> list[Any]:
     """proctor Instances for a benchmark task: `items` documents in all."""
-    from proctor.evaluate import plan
+    from proctor.pipeline import plan
 
     if task == "mmlu":
         per = [items // 3 + (i < items % 3) for i in range(3)]

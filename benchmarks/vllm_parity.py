@@ -61,7 +61,7 @@ def requests_of(runs: Sequence[Any]) -> list[Any]:
 def run_backend(backend: Any, spec: str, data_dir: Path, limit: int) -> dict[str, Any]:
     """Score the spec's requests on `backend` (no cache); per-doc predictions and accuracy."""
     from proctor.engine import Engine
-    from proctor.evaluate import plan, score_task
+    from proctor.pipeline import plan
 
     runs = list(plan([spec], data_dir, limit).tasks.values())
     requests = requests_of(runs)
@@ -72,16 +72,16 @@ def run_backend(backend: Any, spec: str, data_dir: Path, limit: int) -> dict[str
     results = engine.run(requests)
     seconds = time.perf_counter() - started
     by_key = dict(zip((r.key for r in requests), results))
-    correct, docs, predicted = 0, 0, []
+    correct, docs, predicted, primary = 0, 0, [], {}
     for run in runs:
-        score_task(run, by_key)
-        for row in run.sidecar:
+        scored = run.task.score_docs(run.instances, by_key)
+        primary[run.config.name] = scored.metrics[run.config.primary_metric].mean
+        for row in scored.sidecar:
             predicted.append(row.predicted_answer)
-            correct += row.is_correct
+            correct += bool(row.is_correct)
             docs += 1
     return {"keys": [r.key for r in requests], "results": results, "predicted": predicted,
-            "accuracy": correct / max(docs, 1), "docs": docs, "seconds": seconds,
-            "primary": {run.config.name: run.primary.mean for run in runs}}
+            "accuracy": correct / max(docs, 1), "docs": docs, "seconds": seconds, "primary": primary}
 
 
 def compare(hf: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:

@@ -5,16 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional, Sequence
 
+from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.data import resolve_data_dir
 from proctor.errors import UserError
-
-DEFAULT_MODEL = "smollm2-135m"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,15 +69,20 @@ def _specs(values: Sequence[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from proctor.version import VERSION
+
     parser = _Parser(prog="proctor", description="Evaluate language models with reproducible protocols.")
+    parser.add_argument("--version", action="version", version=f"proctor {VERSION}")
+    include_help = "a task file (.yaml/.toml) or module (.py) of your own, or a directory of them (repeatable)"
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="evaluate a model on task specs")
     run.add_argument("--model", default=DEFAULT_MODEL, help="HF hub id, local dir, .gguf file, or smollm2-135m")
     run.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
+    run.add_argument("--include", action="append", metavar="PATH", help=include_help)
     run.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
     run.add_argument("--batch-size", type=_batch_size, default="auto", help="rows per batch, or auto")
-    run.add_argument("--max-length", type=_positive_int, default=2048, help="context window in tokens")
+    run.add_argument("--max-length", type=_positive_int, default=DEFAULT_MAX_LENGTH, help="context window in tokens")
     run.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: cuda if available, else cpu")
     run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
@@ -116,25 +118,29 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="vllm: GPUs per model")
     run.add_argument("--gpu-memory-utilization", type=float, help="vllm: share of GPU memory (default 0.9)")
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
+    run.add_argument("--no-cache", action="store_true",
+                     help="neither read nor store results in the result cache ($PROCTOR_CACHE_DIR/results.sqlite)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     tasks = sub.add_parser("tasks", help="list task specs and suites")
     tasks.add_argument("pattern", nargs="?", help="only specs containing this text (or matching this glob)")
     tasks.add_argument("--data-dir", help="count items from this data directory")
+    tasks.add_argument("--include", action="append", metavar="PATH", help=include_help)
 
     prompts = sub.add_parser("prompts", help="write a spec's requests without loading a model")
-    prompts.add_argument("--tasks", nargs="+", required=True)
-    prompts.add_argument("--limit", type=_positive_int)
-    prompts.add_argument("--data-dir")
-    prompts.add_argument("--output", required=True)
+    prompts.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
+    prompts.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
+    prompts.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
+    prompts.add_argument("--output", required=True, help="directory for <task>/requests.jsonl")
+    prompts.add_argument("--include", action="append", metavar="PATH", help=include_help)
     prompts.add_argument("--overwrite", action="store_true", help="replace --output when it holds earlier prompts")
 
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
-    verify.add_argument("--data-dir")
+    verify.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR)")
 
     compare = sub.add_parser("compare", help="per-item agreement of two run directories (e.g. two backends)")
-    compare.add_argument("run_a")
-    compare.add_argument("run_b")
+    compare.add_argument("run_a", help="a run directory")
+    compare.add_argument("run_b", help="another run directory of the same specs")
     compare.add_argument("--json", help="also write the agreement as JSON to this file")
 
     from proctor.factual.cli import add_parser as add_factual
@@ -144,135 +150,63 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from proctor.api import evaluate
     from proctor.backends.redact import redact_url
-    from proctor.backends.select import BackendOptions, backend_record, check_backend_options, open_backend
-    from proctor.backends.models import cache_root
-    from proctor.engine import Engine, ResultCache
     from proctor.engine.distributed import DistributedContext
     from proctor.engine.gen_plan import DEFAULT_SEED
-    from proctor.evaluate import evaluate, plan, primary_scores, requests_of
-    from proctor.evaluate_generation import prepare_code_execution
-    from proctor.outputs.atomic import staged_directory
     from proctor.outputs.owned import check_output_dir
-    from proctor.outputs.provenance import code_git_state, library_versions
-    from proctor.outputs.run_dir import write_run
     from proctor.report import print_results
 
-    ranks = DistributedContext.from_env()  # torchrun's RANK/WORLD_SIZE; one rank without it
-    started = datetime.now(timezone.utc)
-    t0 = time.perf_counter()
-    specs = _specs(args.tasks)
-    data_dir = resolve_data_dir(args.data_dir)
-    output = Path(args.output or f"runs/{Path(args.model).name}-{started:%Y%m%d-%H%M%S}")
-    seed = DEFAULT_SEED if args.seed is None else args.seed
-    # Everything that can be checked is checked before any data or model work.
-    if ranks.is_main:
+    output = Path(args.output or f"runs/{Path(args.model).name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
+    is_main = DistributedContext.from_env().is_main
+    if is_main:  # checked here too so that a refusal names the CLI's options
         check_output_dir(output, overwrite=args.overwrite)
-    backend_options = BackendOptions(
-        backend=args.backend, model=args.model, max_length=args.max_length,
-        device=ranks.device(args.device) if args.backend == "hf" else args.device,
-        dtype=args.dtype, seed=seed, base_url=args.base_url, tokenizer=args.tokenizer,
-        concurrency=args.concurrency, openai_scoring=args.openai_scoring, openai_extra=args.openai_extra,
-        threads=args.threads, vllm_for_mc=args.vllm_for_mc,
-        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization)
-    check_backend_options(backend_options)
-    cache = ResultCache(cache_root() / "results.sqlite")
-    evaluation = plan(specs, data_dir, args.limit)
-    prepare_code_execution(evaluation, args.allow_unsafe_exec)  # a refusal costs no model load
-    data_seconds = time.perf_counter() - t0
-
-    ranks.start()
-    backend = ranks.in_turn(lambda: open_backend(backend_options))
-    load_seconds = time.perf_counter() - t0 - data_seconds
-    engine = Engine(
-        backend,
-        batch_size=args.batch_size,
-        cache=cache,
-        progress=not args.no_progress and ranks.is_main,
-        deterministic=args.deterministic,
-        seed=seed,
-        distributed=ranks,
-    )
-    if not ranks.is_main:  # the engine calls `evaluate` makes on rank 0, which scores and writes
-        scored, generated = requests_of(evaluation)
-        engine.run(scored)
-        engine.generate(generated)
-        engine.total_stats()
-        ranks.stop()
-        return 0
-    t_eval = time.perf_counter()
-    evaluate(evaluation, engine)
-    eval_seconds = time.perf_counter() - t_eval
-    stats = engine.total_stats()  # every rank's work
-    ranks.stop()
-    scores = primary_scores(evaluation)
-    runs = list(evaluation.tasks.values())
-    warnings = [w for run in runs for w in run.warnings] + cache.tampered_warning()
-    metrics = {
-        "primary_scores": scores,
-        "tasks": {run.config.name: run.summary() for run in runs},
-        "model_config": {
-            **backend_record(backend, backend_options),
-            "model": args.model,
-            "fingerprint": backend.fingerprint,
-            "dtype": str(backend.dtype).removeprefix("torch."),
-            "device": str(backend.device),
-            "max_length": args.max_length,
-            "batch_size": args.batch_size,
-            "deterministic": args.deterministic,
-            "seed": seed,
-        },
-        "run_config": {"tasks": specs, "limit": args.limit, "data_dir": str(data_dir) if data_dir else None,
-                       "world_size": ranks.world_size},
-        "versions": library_versions(),
-        "git": code_git_state(),
-        "command": ["proctor", *map(redact_url, sys.argv[1:])],
-        "warnings": warnings,
-        "timing": {
-            "started": started.isoformat(),
-            "finished": datetime.now(timezone.utc).isoformat(),
-            "total_seconds": time.perf_counter() - t0,
-            "data_seconds": data_seconds,
-            "model_load_seconds": load_seconds,
-            "evaluation_seconds": eval_seconds,
-            # from the command's start to the first scored batch stored (None: all cached)
-            "time_to_first_batch_seconds": None
-            if stats.first_batch_seconds is None
-            else t_eval - t0 + stats.first_batch_seconds,
-        },
-        "engine": {
-            **asdict(stats),
-            "tokens_per_second": stats.tokens_run / eval_seconds if eval_seconds else None,
-            "generated_tokens_per_second": stats.gen_tokens / stats.gen_seconds
-            if stats.gen_seconds and stats.gen_tokens else None,
-        },
-    }
-    with staged_directory(output, overwrite=args.overwrite) as stage:
-        write_run(stage, runs, metrics, save_requests=args.save_requests)
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print_results(scores, runs)
-    print(f"wrote {output}")
+    result = evaluate(
+        args.model, tasks=_specs(args.tasks), limit=args.limit, batch_size=args.batch_size,
+        max_length=args.max_length, device=args.device, dtype=args.dtype, data_dir=args.data_dir, output=output,
+        overwrite=args.overwrite, seed=DEFAULT_SEED if args.seed is None else args.seed,
+        deterministic=args.deterministic, backend=args.backend, include=args.include or (),
+        allow_unsafe_exec=args.allow_unsafe_exec, save_requests=args.save_requests, progress=not args.no_progress,
+        cache=not args.no_cache,
+        tokenizer=args.tokenizer, base_url=args.base_url, concurrency=args.concurrency,
+        openai_scoring=args.openai_scoring, openai_extra=args.openai_extra, threads=args.threads,
+        vllm_for_mc=args.vllm_for_mc, tensor_parallel_size=args.tensor_parallel_size,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        command=["proctor", *map(redact_url, sys.argv[1:])])
+    if is_main:
+        for warning in result.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        print_results(result.primary_scores, list(result.tasks.values()))
+        print(f"wrote {output}")
     return 0
+
+
+def _include(args: argparse.Namespace) -> None:
+    if args.include:
+        from proctor.tasks.plugins import include
+
+        include(args.include)
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from proctor.report import print_task_table
     from proctor.tasks.registry import task_rows
 
+    _include(args)
     print_task_table(task_rows(args.pattern, resolve_data_dir(args.data_dir)))
     return 0
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
-    from proctor.evaluate import plan
     from proctor.outputs.atomic import staged_directory
     from proctor.outputs.owned import check_output_dir
     from proctor.outputs.requests_file import request_rows
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
+    from proctor.pipeline import plan
 
     output = Path(args.output)
     check_output_dir(output, overwrite=args.overwrite)
+    _include(args)
     evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit)
     with staged_directory(output, overwrite=args.overwrite) as stage:
         for run in evaluation.tasks.values():

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from rich.console import Console
 from rich.table import Table
+
+from proctor.outputs.records import SpecScore, TaskRecord
 
 
 def wide_console() -> Console:
@@ -14,13 +16,15 @@ def wide_console() -> Console:
     return Console(width=max(Console().width, 120))
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: Optional[float]) -> str:
     return "—" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
 
 
-def print_results(scores: Mapping[str, dict], runs: Sequence, console: Console | None = None) -> None:
-    """Primary score per requested spec, then every task's accuracies."""
+def print_results(primary_scores: Mapping[str, SpecScore], tasks: Sequence[TaskRecord],
+                  console: Console | None = None) -> None:
+    """Primary score per requested spec (`RunRecord.primary_scores`), then every task's metrics."""
     console = console or Console()
+    scores = {spec: s.to_dict() for spec, s in primary_scores.items()}
     headline = Table(title="Primary scores", title_justify="left")
     for column in ("spec", "metric", "score", "± stderr", "n"):
         headline.add_column(column, justify="right" if column != "spec" else "left")
@@ -29,7 +33,7 @@ def print_results(scores: Mapping[str, dict], runs: Sequence, console: Console |
             headline.add_row(*row)
     console.print(headline)
 
-    if len(runs) > 1 or any("members" in s for s in scores.values()):
+    if len(tasks) > 1 or any("members" in s for s in scores.values()):
         # tasks of one run may have different metrics (accuracies, mc2, pass@k): each row
         # shows its primary, then the others by name
         detail = Table(title="Tasks", title_justify="left")
@@ -37,10 +41,10 @@ def print_results(scores: Mapping[str, dict], runs: Sequence, console: Console |
         for column in ("n", "primary", "score"):
             detail.add_column(column, justify="right" if column in ("n", "score") else "left", no_wrap=True)
         detail.add_column("other metrics")
-        for run in runs:
-            primary = run.config.primary_metric
-            others = "  ".join(f"{k} {_fmt(v.mean)}" for k, v in run.metrics.items() if k != primary)
-            detail.add_row(run.config.name, str(len(run.instances)), primary, _fmt(run.primary.mean), others)
+        for task in tasks:
+            primary = task.primary_metric
+            others = "  ".join(f"{k} {_fmt(v.mean)}" for k, v in task.metrics.items() if k != primary)
+            detail.add_row(task.name, str(task.num_instances), primary, _fmt(task.primary_score), others)
         console.print(detail)
 
 
@@ -55,7 +59,7 @@ def _headline_rows(spec: str, s: Mapping) -> list[tuple[str, ...]]:
     if "members" not in s:
         return [(spec, s["metric"], _fmt(s["score"]), _fmt(s["stderr"]), str(s["num_instances"]))]
     primary = s.get("aggregation")
-    rows = [(spec, _metric(s) if primary else "each member's", _fmt(s["score"]), _fmt(s["stderr"]),
+    rows: list[tuple[str, ...]] = [(spec, _metric(s) if primary else "each member's", _fmt(s["score"]), _fmt(s["stderr"]),
              str(s["num_instances"]))]
     for agg in ("macro", "micro", "member_mean", "rrgs"):
         if agg in s and agg != primary:
@@ -73,7 +77,8 @@ def print_task_table(rows: Iterable, console: Console | None = None) -> None:
         table.add_column(column, justify="right" if column in ("shots", "items") else "left")
     for row in rows:
         shots = str(row.shots) if row.shots >= 0 else "mixed"
-        table.add_row(row.spec, row.kind, row.split, shots, row.primary_metric, str(row.items))
+        items = "—" if row.items is None else str(row.items)  # no count known (e.g. Paloma without data)
+        table.add_row(row.spec, row.kind, row.split, shots, row.primary_metric, items)
     console.print(table)
 
 

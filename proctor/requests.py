@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import ClassVar, Union
+from typing import ClassVar, Optional, Sequence, Union
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,23 @@ class Generation:
     text: str              # cut before the first stop sequence; EOS not included
     num_tokens: int        # tokens generated (up to and including the stop/EOS token)
     finish_reason: str     # "stop" (a stop sequence), "eos", or "length" (max_gen_toks)
+
+
+def finished_samples(samples: Sequence[Optional[Generation]]) -> Optional[tuple[Generation, ...]]:
+    """A request's samples once every one has finished (none is None), else None."""
+    done = tuple(g for g in samples if g is not None)
+    return done if len(done) == len(samples) else None
+
+
+def all_finished(rows: Sequence[Sequence[Optional[Generation]]]) -> list[tuple[Generation, ...]]:
+    """Each request's samples, all of which must have finished."""
+    out = []
+    for row in rows:
+        done = finished_samples(row)
+        if done is None:
+            raise RuntimeError("a generation request was left with unfinished samples")
+        out.append(done)
+    return out
 
 
 @dataclass(frozen=True)

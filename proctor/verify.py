@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from proctor.tasks.reasoning_types import REASONING_TYPES
-from proctor.tasks.base import Instance, assign_query_ids
+from proctor.tasks.base import Work, assign_query_ids
 from proctor.tasks.registry import resolve
 from proctor.tasks.seed_suites import DATA_ATTRIBUTION
 
@@ -78,7 +78,7 @@ class VerifyReport:
             self.errors.append(f"{name}: expected {expected}, found {actual}")
 
 
-def _instances(spec: str, data_dir: Optional[Path]) -> dict[str, list[Instance]]:
+def _instances(spec: str, data_dir: Optional[Path]) -> dict[str, Sequence[Work]]:
     return {t.config.name: t.instances(data_dir) for t in resolve(spec)}
 
 

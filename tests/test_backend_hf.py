@@ -126,6 +126,7 @@ def test_is_greedy_marks_argmax_continuations(tiny_dir):
     assert res[0].is_greedy and not res[1].is_greedy
 
 
+@pytest.mark.slow  # loads the real SmolLM2
 def test_real_model_loads_from_the_cached_conversion():
     backend = load_backend("smollm2-135m", device="cpu")
     assert backend.fingerprint.startswith("gguf:")

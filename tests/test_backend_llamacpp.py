@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'proctor[llamacpp]')")
 
 from proctor.backends.llamacpp import load_llamacpp_backend  # noqa: E402
-from proctor.engine import Engine  # noqa: E402
 from proctor.engine.plan import Readout, Row  # noqa: E402
 from proctor.errors import UserError  # noqa: E402
-from proctor.evaluate import evaluate, plan  # noqa: E402
+import proctor  # noqa: E402
+from proctor.pipeline import plan  # noqa: E402
 from proctor.tasks import gsm8k  # noqa: E402
 
 MMLU = "mmlu_abstract_algebra:mc::olmes"
@@ -40,9 +40,8 @@ def hf(one_torch_thread):
 
 
 def run_tasks(backend, data_dir, spec, limit):
-    evaluation = plan([spec], data_dir, limit)
-    evaluate(evaluation, Engine(backend, progress=False))
-    return evaluation.tasks[spec]
+    return proctor.evaluate(backend, tasks=[spec], limit=limit, data_dir=data_dir, cache=False,
+                            progress=False).tasks[spec]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +51,7 @@ def gsm8k_variant():
         yield
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_identity_and_tokenizer_match_the_hf_model(llama, hf, data_dir):
     assert llama.fingerprint.startswith(hf.fingerprint.split("|")[0] + "|backend=llama.cpp|n_ctx=")
     record = llama.config_record()
@@ -70,6 +70,7 @@ def test_identity_and_tokenizer_match_the_hf_model(llama, hf, data_dir):
             ids, skip_special_tokens=True)
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_scores_match_a_fresh_context(llama):
     """A row scored after other rows (its prefix kept in the cache) equals it scored alone."""
     tokens = tuple(llama.tokenizer.encode("The capital of France is Paris. The capital of Italy is Rome."))
@@ -83,6 +84,7 @@ def test_scores_match_a_fresh_context(llama):
     assert result.num_tokens == 4 and result.sum_logits < 0
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_readouts_sharing_a_position_each_read_their_own_token(llama):
     """Single-token choices of one context are readouts at the same position (engine.plan)."""
     tokens = tuple(llama.tokenizer.encode("Question: 2 + 2 =\nAnswer:"))
@@ -94,30 +96,33 @@ def test_readouts_sharing_a_position_each_read_their_own_token(llama):
     assert len({r.sum_logits for r in shared}) == 4 and sum(r.is_greedy for r in shared) <= 1
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_mmlu_mc_matches_the_hf_backend(llama, hf, data_dir):
     ours, theirs = run_tasks(llama, data_dir, MMLU, 5), run_tasks(hf, data_dir, MMLU, 5)
-    assert len(ours.predictions) == 5 and 0.0 <= ours.primary.mean <= 1.0
-    deltas = [abs(a["sum_logits"] - b["sum_logits"])
-              for p, q in zip(ours.predictions, theirs.predictions)
+    assert len(ours.records) == 5 and 0.0 <= ours.primary_score <= 1.0
+    deltas = [abs(a.sum_logits - b.sum_logits)
+              for p, q in zip(ours.records, theirs.records)
               for a, b in zip(p.model_output, q.model_output)]
     assert len(deltas) == 20 and max(deltas) < MAX_DELTA
     assert sum(deltas) / len(deltas) < 0.1
     same = sum(p.metrics["predicted_index_raw"] == q.metrics["predicted_index_raw"]
-               for p, q in zip(ours.predictions, theirs.predictions))
+               for p, q in zip(ours.records, theirs.records))
     assert same >= 3  # near-ties flip (measured: 3 of 5)
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_gsm8k_greedy_matches_the_hf_backend(llama, hf, data_dir, gsm8k_variant):
     ours, theirs = run_tasks(llama, data_dir, GSM8K, 2), run_tasks(hf, data_dir, GSM8K, 2)
-    for p, q in zip(ours.predictions, theirs.predictions):
-        (a,), (b,) = p.model_output, q.model_output
-        assert a["finish_reason"] in ("stop", "eos", "length") and 0 < a["num_tokens"] <= MAX_GEN_TOKS
-        assert a["text"].strip() and "Question:" not in a["text"]
+    for p, q in zip(ours.records, theirs.records):
+        (a,), (_,) = p.model_output, q.model_output
+        assert a.finish_reason in ("stop", "eos", "length") and 0 < a.num_tokens <= MAX_GEN_TOKS
+        assert a.text.strip() and "Question:" not in a.text
     # identical greedy text, or the same up to a near-tie flip partway through
-    texts = [(p.model_output[0]["text"], q.model_output[0]["text"]) for p, q in zip(ours.predictions, theirs.predictions)]
+    texts = [(p.model_output[0].text, q.model_output[0].text) for p, q in zip(ours.records, theirs.records)]
     assert sum(a == b for a, b in texts) >= 1, texts
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_sampling_is_seeded_per_sample(llama):
     from proctor.engine.gen_plan import GenRow
 
@@ -141,6 +146,7 @@ def test_a_file_that_is_not_gguf_is_a_user_error(tmp_path):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_a_broken_gguf_and_non_gguf_models_are_user_errors(tmp_path, llama):
     truncated = tmp_path / "cut.gguf"
     with open(llama.model_path, "rb") as f:

@@ -350,7 +350,7 @@ def _llama_server_missing() -> str:
     try:
         if importlib.util.find_spec("llama_cpp.server") is None:
             return "llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"
-        import fastapi, pydantic_settings, sse_starlette, starlette_context, uvicorn  # noqa: F401
+        import fastapi, pydantic_settings, sse_starlette, starlette_context, uvicorn  # noqa: E401, F401
     except ImportError as e:
         return f"llama-cpp-python's server cannot start here ({e}); pip install 'llama-cpp-python[server]'"
     return ""
@@ -410,12 +410,13 @@ def hf_engine():
 
 
 def task_requests(data_dir, spec: str, limit: int) -> list:
-    from proctor.evaluate import plan
+    from proctor.pipeline import plan
 
     (run,) = plan([spec], data_dir, limit).tasks.values()
     return [[*inst.requests, *inst.uncond_requests] for inst in run.instances]
 
 
+@pytest.mark.slow  # llama.cpp's server and the HF backend on the real SmolLM2
 @needs_llama_server
 def test_llama_cpp_server_scores_mmlu_like_the_hf_backend(llama_server, hf_engine, data_dir):
     # concurrency 1: llama-cpp-python serves one request at a time and reuses the previous prompt's prefix
@@ -428,13 +429,14 @@ def test_llama_cpp_server_scores_mmlu_like_the_hf_backend(llama_server, hf_engin
     deltas = [abs(a.sum_logits - b.sum_logits) for a, b in zip(served, local)]
     print(f"\nMMLU abstract_algebra x{len(items)}: max |delta sum_logits| {max(deltas):.4f}")
     assert max(deltas) < 0.25  # Q4_1 weights in llama.cpp vs their float32 dequantized copy in HF
-    for n, item in enumerate(items):
+    for n in range(len(items)):
         got = [r.sum_logits for r in served[4 * n : 4 * n + 4]]
         want = sorted(((r.sum_logits, i) for i, r in enumerate(local[4 * n : 4 * n + 4])), reverse=True)
         if want[0][0] - want[1][0] > 2 * max(deltas):  # a clear HF winner is the server's too
             assert max(range(4), key=got.__getitem__) == want[0][1]
 
 
+@pytest.mark.slow  # llama.cpp's server and the HF backend on the real SmolLM2
 @needs_llama_server
 def test_llama_cpp_server_generates_gsm8k_like_the_hf_backend(llama_server, hf_engine, data_dir):
     backend = load_openai_backend(llama_server, "smollm2-135m", extra_body=LLAMA_CPP_PLAIN)

@@ -36,6 +36,10 @@ def test_vllm_without_the_extra_says_how_to_install():
 def test_unknown_backend_and_the_record():
     with pytest.raises(UserError, match="unknown backend 'tgi'"):
         open_backend(BackendOptions(backend="tgi"))
-    assert backend_record(object(), BackendOptions()) == {"backend": "hf"}
-    record = backend_record(object(), BackendOptions(backend="openai", base_url="http://h/v1"))
+    class Plain:
+        def config_record(self) -> dict:
+            return {}
+
+    assert backend_record(Plain(), BackendOptions()) == {"backend": "hf"}
+    record = backend_record(Plain(), BackendOptions(backend="openai", base_url="http://h/v1"))
     assert record == {"backend": "openai", "base_url": "http://h/v1"}

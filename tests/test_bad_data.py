@@ -1,7 +1,7 @@
 """Issue 13's reader findings, one regression each, on real files copied into tmp dirs.
 
 Class 5: a malformed or empty file is one UserError naming file:line (or file and item)
-and the field, raised while the plan is built (`proctor.evaluate.plan`, before any model
+and the field, raised while the plan is built (`proctor.pipeline.plan`, before any model
 loads). Class 6: what would change the protocol silently (too few few-shot rows, a BOM in
 the first prompt, a GSM8K answer without '####', a gold label that names no choice) is
 refused, or made harmless. Class 7: valid files that used to be rejected now read.
@@ -18,7 +18,7 @@ import pytest
 
 from proctor.data import load_fewshot, load_split
 from proctor.errors import UserError
-from proctor.evaluate import plan
+from proctor.pipeline import plan
 from proctor.factual.bank import read_bank, write_bank
 from proctor.factual.validate import read_jsonl, validate_generations
 from proctor.tasks.registry import resolve

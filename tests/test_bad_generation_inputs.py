@@ -34,7 +34,7 @@ def test_empty_and_cut_off_gsm8k_samples_score_as_wrong_without_error(data_dir):
     assert score.metrics["pass_at_1"] == 0.0 and score.metrics["pass_at_8"] == 0.0
     assert score.metrics["maj_at_8"] == 0.0 and score.metrics["exact_match"] == 0.0
     assert not score.is_correct and score.correct_answer == "18"
-    assert [o["finish_reason"] for o in score.model_output[:4]] == ["eos", "stop", "stop", "length"]
+    assert [o.finish_reason for o in score.model_output[:4]] == ["eos", "stop", "stop", "length"]
 
 
 def test_malformed_bigbench_task_json_is_one_clear_error(tmp_path):

@@ -34,6 +34,7 @@ def out(tmp_path) -> Path:
     return tmp_path / "run"
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_unknown_spec_suggests_close_names(data_dir, out):
     done = proctor("run", "--tasks", "mmlu_astronmy:mc::olmes", "--data-dir", str(data_dir), "--output", str(out))
     assert_user_error(done, "mmlu_astronmy:mc::olmes", "mmlu_astronomy:mc::olmes")
@@ -53,6 +54,7 @@ def test_missing_data_dir(tmp_path, out):
     assert not out.exists()
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_data_dir_without_the_benchmark_says_where_it_looked(tmp_path, out):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -70,6 +72,7 @@ def _mmlu_copy(data_dir: Path, root: Path) -> Path:
     return root / "mmlu" / "test" / "astronomy_test.csv"
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_malformed_csv_row_names_file_and_line(data_dir, tmp_path, out):
     test_csv = _mmlu_copy(data_dir, tmp_path / "data")
     lines = test_csv.read_text().splitlines(keepends=True)
@@ -80,6 +83,7 @@ def test_malformed_csv_row_names_file_and_line(data_dir, tmp_path, out):
     assert not out.exists()
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_non_utf8_file_is_named(data_dir, tmp_path, out):
     test_csv = _mmlu_copy(data_dir, tmp_path / "data")
     test_csv.write_bytes(test_csv.read_bytes() + "caf\u00e9,b,c,d,e,A\n".encode("latin-1"))
@@ -88,6 +92,7 @@ def test_non_utf8_file_is_named(data_dir, tmp_path, out):
     assert not out.exists()
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_malformed_jsonl_row_names_file_and_line(data_dir, tmp_path, out):
     src = data_dir / "social_i_qa" / "socialiqa-train-dev"
     dst = tmp_path / "data" / "social_i_qa" / "socialiqa-train-dev"
@@ -105,6 +110,7 @@ def test_malformed_jsonl_row_names_file_and_line(data_dir, tmp_path, out):
     assert not out.exists()
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_unreadable_model_path(data_dir, tmp_path, out):
     done = proctor(
         "run", "--model", str(tmp_path / "no-such-model"), "--tasks", "mmlu_astronomy:mc::olmes",

@@ -23,6 +23,7 @@ CHOICE_TABLE = dataclasses.replace(
              "bigbench::leaderboard"))
 
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_table_suite_end_to_end(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(registry._suites(), CHOICE_TABLE.name, CHOICE_TABLE)
     monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "cache"))
@@ -53,7 +54,7 @@ def test_table_suite_end_to_end(data_dir, tmp_path, monkeypatch, capsys):
 
 
 def test_seed_suite_plans_all_four_benchmarks(data_dir):
-    from proctor.evaluate import plan
+    from proctor.pipeline import plan
 
     evaluation = plan([DATA_ATTRIBUTION.name], data_dir, 2)
     (spec,) = evaluation.specs
@@ -69,6 +70,7 @@ def test_seed_suite_plans_all_four_benchmarks(data_dir):
 
 
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_seed_suite_run_writes_the_sidecar_for_all_four(data_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "cache"))
     model, out = build_tiny_model(tmp_path / "tiny"), tmp_path / "run"

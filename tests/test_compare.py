@@ -5,29 +5,22 @@ import pytest
 from proctor.cli import main
 from proctor.compare import compare_runs
 from proctor.errors import UserError
+from run_records import choice_record, generation_record, run_record, task_record
 
 MC = "mmlu_astronomy:mc::olmes"
 GEN = "gsm8k::olmes"
 
 
-def choice_row(i: int, predicted: int, logits: list[float]) -> dict:
-    return {"query_id": f"{MC}#{i}", "doc_id": i, "native_id": i, "label": 0,
-            "metrics": {"predicted_index_raw": predicted, "acc_raw": float(predicted == 0)},
-            "model_output": [{"sum_logits": v, "num_tokens": 1} for v in logits]}
+def choice_row(i: int, predicted: int, logits: list[float]):
+    return choice_record(MC, i, predicted, logits)
 
 
-def gen_row(i: int, text: str, correct: bool) -> dict:
-    return {"query_id": f"{GEN}#{i}", "doc_id": i, "native_id": i, "label": "4",
-            "metrics": {"exact_match": float(correct)}, "model_output": [{"text": text}]}
+def gen_row(i: int, text: str, correct: bool):
+    return generation_record(GEN, i, text, correct)
 
 
 def write_run(path, choice_rows, gen_rows):
-    tasks = {MC: {"primary_metric": "acc_raw"}, GEN: {"primary_metric": "exact_match"}}
-    path.mkdir()
-    (path / "metrics.json").write_text(json.dumps({"tasks": tasks}))
-    for name, rows in (("mmlu_astronomy-mc-olmes", choice_rows), ("gsm8k-olmes", gen_rows)):
-        (path / name).mkdir()
-        (path / name / "predictions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run_record(task_record(MC, choice_rows, "choice"), task_record(GEN, gen_rows, "generation")).write(path)
 
 
 @pytest.fixture
@@ -64,7 +57,7 @@ def test_not_a_run_directory(tmp_path, runs, capsys):
     assert main(["compare", str(runs[0]), str(tmp_path)]) == 2
     assert "is not a finished run directory" in capsys.readouterr().err
     with pytest.raises(UserError, match="share no query_id"):
-        (runs[1] / "gsm8k-olmes" / "predictions.jsonl").write_text(json.dumps(gen_row(99, "x", True)) + "\n")
+        (runs[1] / "gsm8k-olmes" / "predictions.jsonl").write_text(json.dumps(gen_row(99, "x", True).to_dict()) + "\n")
         compare_runs(*runs)
 
 

@@ -46,6 +46,7 @@ def test_tiny_models_are_bitwise_batch_invariant(builder, tmp_path):
     assert all(run == runs[0] for run in runs[1:])
 
 
+@pytest.mark.slow  # the real SmolLM2
 def test_real_model_is_bitwise_batch_invariant(data_dir):
     from proctor.backends import load_backend
     from proctor.tasks.registry import resolve

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from distributed_runs import run_ranks
 from killed_runs import outputs, stored_rows
@@ -92,6 +91,7 @@ def models(single) -> Path:
     return single.parent / "cache" / "models"
 
 
+@pytest.mark.slow  # torchrun ranks on the real SmolLM2
 def test_two_ranks_equal_one_process(single, models, data_dir, tmp_path):
     finish(start(command(tmp_path / "two", data_dir, ranks=2), cache(tmp_path, "cache", models)))
     assert outputs(tmp_path / "two") == outputs(single)  # records and predictions, byte for byte
@@ -100,6 +100,7 @@ def test_two_ranks_equal_one_process(single, models, data_dir, tmp_path):
     assert two["batches"] == one["batches"] == two["batches_run"] == one["batches_run"] > 2
 
 
+@pytest.mark.slow  # torchrun ranks on the real SmolLM2
 def test_a_killed_rank_loses_nothing_and_one_process_resumes(single, models, data_dir, tmp_path):
     shared = cache(tmp_path, "cache", models)
     run = start(command(tmp_path / "killed", data_dir, ranks=2), shared)
@@ -167,6 +168,7 @@ def copy_some(source: Path, target: Path) -> int:
         return sum(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("loglikelihood", "generation"))
 
 
+@pytest.mark.slow  # heavy: several processes, tens of seconds
 def test_engine_ranks_on_separate_machines_share_results_and_any_world_resumes(tmp_path, one_torch_thread):
     model = str(build_tiny_model(tmp_path / "tiny"))
     alone = engine_pass(model, [str(tmp_path / "alone.sqlite")])

@@ -17,6 +17,8 @@ from proctor.cli import main
 from proctor.metrics.answers import extract_last_number
 from proctor.tasks import gsm8k
 
+pytestmark = pytest.mark.slow  # the real SmolLM2
+
 MAX_GEN_TOKS = 64   # test-local: the spec's 512 costs minutes on this CPU
 SPEC = "gsm8k::olmes"
 

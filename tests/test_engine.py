@@ -108,7 +108,7 @@ def test_batch_size_does_not_change_results(backend, batch_size):
         assert a.sum_logits == pytest.approx(b.sum_logits, abs=1e-5)
         assert (a.num_tokens, a.is_greedy) == (b.num_tokens, b.is_greedy)
     for i in range(0, len(requests), 3):
-        pick = lambda rs: max(range(3), key=lambda j: rs[i + j].sum_logits)  # noqa: E731
+        pick = lambda rs, i=i: max(range(3), key=lambda j: rs[i + j].sum_logits)  # noqa: E731
         assert pick(base) == pick(got)
 
 
@@ -201,6 +201,7 @@ WORKER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s (SIGKILL and rerun)
 def test_resume_after_sigkill_gives_identical_results(tiny_dir, tmp_path):
     requests = mc_requests() + rc_requests()
     (tmp_path / "requests.json").write_text(json.dumps([[r.context, r.continuation] for r in requests]))

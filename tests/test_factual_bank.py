@@ -69,7 +69,7 @@ def test_invariants(small):
         assert row["aliases"] and row["query"]
         assert (row["target_slot"] == "subject") == (row["condition_family"] == "reverse")
         assert (row["language"] != "en") == (row["condition_family"] == "crosslingual")
-    for fact_id, rows in _by_fact(small.rows).items():
+    for rows in _by_fact(small.rows).values():
         families = [r["condition_family"] for r in rows]
         assert families[0] == "anchor" and families.count("anchor") == 1
         assert families == sorted(families, key=CONDITION_FAMILIES.index)

@@ -41,6 +41,7 @@ def tiny_run(data_dir, tmp_path_factory):
     return root, bank, out
 
 
+@pytest.mark.slow  # heavy: the whole factual pipeline, over 3 s
 def test_run_writes_every_file_of_the_seed_layout(tiny_run):
     root, bank, out = tiny_run
     gens = [json.loads(line) for line in (out / "generations" / "tiny.jsonl").read_text().splitlines()]

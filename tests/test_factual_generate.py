@@ -179,6 +179,7 @@ generate(json.loads(Path(rows_path).read_text()), model, AutoTokenizer.from_pret
 """
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s (SIGKILL and rerun)
 def test_a_killed_run_resumes_to_the_same_bytes(tiny, tmp_path):
     rows = make_rows(18)
     (tmp_path / "rows.json").write_text(json.dumps(rows))

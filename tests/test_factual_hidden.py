@@ -142,6 +142,7 @@ hidden.extract_hidden(json.loads(Path(rows_path).read_text()), AutoModelForCausa
 """
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s (SIGKILL and rerun)
 def test_a_killed_extraction_resumes_to_the_same_bytes(tiny, tmp_path):
     rows = make_rows(20)  # 16 main-forward rows: 6 batches of 3
     (tmp_path / "rows.json").write_text(json.dumps(rows))

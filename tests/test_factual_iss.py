@@ -87,7 +87,7 @@ def test_identical_states_give_s_one_and_large_iss():
 def test_independent_noise_gives_iss_near_zero_and_rank_near_half():
     rows = random_bank(400, 4)
     rng = np.random.default_rng(1)
-    states = {l: rng.normal(size=(len(rows), 64)).astype(np.float16) for l in (7, 8)}
+    states = {layer: rng.normal(size=(len(rows), 64)).astype(np.float16) for layer in (7, 8)}
     res = compute_iss(rows, states, n_boot=300, seed=3).conditions["paraphrase"]
     assert abs(res.iss) < 0.02 and res.ci_low < 0 < res.ci_high
     assert abs(res.iss_rank - 0.5) < 0.03 and res.rank_ci_low < 0.5 < res.rank_ci_high
@@ -155,10 +155,10 @@ def test_reverse_and_each_language_are_their_own_condition():
 def test_float16_memmaps_and_json(tmp_path):
     rows = random_bank(30, 2)
     rng = np.random.default_rng(6)
-    for l in (3, 4):
-        np.save(tmp_path / f"L{l:03d}.npy", rng.normal(size=(len(rows), 16)).astype(np.float16))
-    states = {l: np.load(tmp_path / f"L{l:03d}.npy", mmap_mode="r") for l in (3, 4)}
-    in_memory = {l: np.asarray(a) for l, a in states.items()}
+    for layer in (3, 4):
+        np.save(tmp_path / f"L{layer:03d}.npy", rng.normal(size=(len(rows), 16)).astype(np.float16))
+    states = {layer: np.load(tmp_path / f"L{layer:03d}.npy", mmap_mode="r") for layer in (3, 4)}
+    in_memory = {layer: np.asarray(a) for layer, a in states.items()}
     labels = {r["query_id"]: "correct" for r in rows}
     a = compute_iss(rows, states, labels, n_boot=50, seed=9)
     b = compute_iss(rows, in_memory, labels, n_boot=50, seed=9)

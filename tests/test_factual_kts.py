@@ -110,6 +110,7 @@ def test_standardisation_uses_anchor_training_facts_only(monkeypatch):
         assert ids in training                          # exactly one fold's training facts
 
 
+@pytest.mark.slow  # heavy: probe fits, over 3 s
 def test_best_layer_is_chosen_from_anchor_data_only():
     rows, states, labels = synthetic(n_facts=200, d=8)
     rng = np.random.default_rng(3)
@@ -121,13 +122,14 @@ def test_best_layer_is_chosen_from_anchor_data_only():
         if r["condition_family"] != "anchor":
             x5[j] = x_signal[j] * 10
     report = compute_kts(rows, {5: x5, 20: x_signal}, labels, layer="best", config=FAST)
-    for c, res in report.conditions.items():
+    for res in report.conditions.values():
         assert res.layers_chosen == [20] * 5
     assert report.conditions["paraphrase"].kts > 0.9 and report.conditions["reverse"].kts < 0.2
     mean = compute_kts(rows, {5: x_noise, 20: x_signal}, labels, config=FAST)
     assert mean.conditions["paraphrase"].layers_chosen is None and mean.layer == "mean"
 
 
+@pytest.mark.slow  # heavy: probe fits, over 3 s
 def test_too_few_per_class_is_undefined_with_a_reason():
     rows, states, labels = synthetic(n_facts=120)
     incorrect = [r["query_id"] for r in rows if r["condition_family"] == "paraphrase"
@@ -147,6 +149,7 @@ def test_uninformative_anchor_is_undefined_with_a_reason():
     assert res.kts is None and "A0" in res.reason and res.kts_gap is not None
 
 
+@pytest.mark.slow  # heavy: probe fits, over 3 s
 def test_abstain_is_excluded_or_counted_as_incorrect():
     rows, states, labels = synthetic(n_facts=200)
     abstained = [r["query_id"] for r in rows if r["condition_family"] == "reverse"][:30]
@@ -178,6 +181,7 @@ def test_scalar_formulas():
     assert label_value("abstain", abstain_as_incorrect=True) == 0
 
 
+@pytest.mark.slow  # heavy: probe fits, over 3 s
 def test_kts_beh_is_over_the_same_facts():
     rows, states, labels = synthetic(n_facts=100)
     res = compute_kts(rows, states, labels, config=FAST).conditions["reverse"]

@@ -5,7 +5,7 @@ Each case is a small data directory laid out like shared/data, built from the fi
 of real files, with one file (the target) replaced by: arbitrary bytes; JSON (or text)
 of the wrong shape; the real file with bytes flipped, inserted or deleted; the real file
 with one field's value replaced by a random JSON value. The entry point is the one the
-program uses: a task spec's `instances()` (what `proctor.evaluate.plan` builds before any
+program uses: a task spec's `instances()` (what `proctor.pipeline.plan` builds before any
 model loads), or the factual probe's `read_bank` / `read_jsonl` + `validate_generations`,
 or the factual source readers, or the corpus reader.
 
@@ -44,9 +44,10 @@ from proctor.tasks.generation import GenerationInstance
 from proctor.tasks.registry import resolve
 
 #: examples per (reader case, strategy): the file runs EXAMPLES * (4 * len(CASES) + len(TEXT_CASES))
-#: = 2,320 examples in CI (about 20 s on 2 cores), the same ones every run;
+#: = 2,320 examples in CI (about 20 s on 2 cores), the same ones every run; the fast tier
+#: (`-m "not slow"`, hypothesis profile `dev`) runs 5 per case;
 #: PROCTOR_FUZZ_EXAMPLES=N runs N per case and property, randomly drawn (a deeper local run)
-EXAMPLES = int(os.environ.get("PROCTOR_FUZZ_EXAMPLES", "20"))
+EXAMPLES = int(os.environ.get("PROCTOR_FUZZ_EXAMPLES", min(20, settings().max_examples)))
 DATA = shared_data_dir()
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     derandomize="PROCTOR_FUZZ_EXAMPLES" not in os.environ,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from proctor.engine import Engine
-from proctor.engine.gen_plan import GenLimits, GenRow, plan_generation, sample_seed
+from proctor.engine.gen_plan import GenLimits, plan_generation, sample_seed
 from proctor.engine.tokens import GenerationContext, TokenizationPolicy
 from proctor.errors import UserError
 from proctor.requests import Generate

@@ -21,7 +21,7 @@ def model_never_opens(monkeypatch, tmp_path):
     def opened(options):
         raise UserError("the backend was opened")
 
-    monkeypatch.setattr("proctor.backends.select.open_backend", opened)
+    monkeypatch.setattr("proctor.api.open_backend", opened)
     return str(build_tiny_model(tmp_path / "tiny"))
 
 
@@ -38,7 +38,7 @@ def test_humaneval_refuses_before_the_model_loads(monkeypatch, model_never_opens
 def test_allow_unsafe_exec_reaches_the_task(monkeypatch, model_never_opens, data_dir, tmp_path, capsys):
     seen = []
     monkeypatch.setattr(HumanEvalTask, "sandbox_info", no_network_isolation)
-    monkeypatch.setattr(HumanEvalTask, "preflight", lambda self: seen.append(self.allow_unsafe_exec))
+    monkeypatch.setattr(HumanEvalTask, "preflight", lambda self, allow_unsafe_exec: seen.append(allow_unsafe_exec))
     code = main(["run", "--model", model_never_opens, "--tasks", "humaneval::greedy",
                  "--limit", "1", "--allow-unsafe-exec", "--data-dir", str(data_dir),
                  "--output", str(tmp_path / "out")])

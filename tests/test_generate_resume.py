@@ -85,6 +85,7 @@ def n8_args(model: Path, data_dir: Path, out: Path) -> list[str]:
             "--data-dir", str(data_dir), "--output", str(out), "--no-progress", "--seed", "5"]
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s (SIGKILL and rerun)
 def test_n8_sigkill_then_rerun_is_byte_identical(tiny_dir, data_dir, tmp_path):
     """gsm8k::olmo3:n8:v2 end to end on the tiny model (8 samples x up to 512 tokens), killed midway."""
     out, cache = tmp_path / "run", tmp_path / "cache"

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from proctor.cli import main
-from proctor.errors import UserError
 from proctor.outputs.owned import MANIFEST
 
 from test_cli_errors import _mmlu_copy, assert_user_error, proctor
@@ -64,6 +63,7 @@ def test_prompts_into_the_data_directory_deletes_nothing(data_dir, tmp_path):
     assert tree(copy) == before
 
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_a_rerun_replaces_a_run_directory_only_with_overwrite(tiny, data_dir, tmp_path):
     out, cache = tmp_path / "run", tmp_path / "cache"
     assert run_tiny(tiny, data_dir, "--output", str(out), cache=cache).returncode == 0
@@ -89,8 +89,8 @@ def no_work(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("data or model work started before the options were checked")
 
-    monkeypatch.setattr("proctor.evaluate.plan", forbidden)
-    monkeypatch.setattr("proctor.backends.select.open_backend", forbidden)
+    monkeypatch.setattr("proctor.api.plan", forbidden)
+    monkeypatch.setattr("proctor.api.open_backend", forbidden)
 
 
 def _main_error(argv: list[str], capsys) -> str:
@@ -143,6 +143,7 @@ def test_gpu_memory_utilization_does_not_apply_to_hf(no_work, data_dir, tmp_path
     assert "does not apply to --backend hf" in err
 
 
+@pytest.mark.slow  # heavy: a `python -m proctor` subprocess, over 3 s
 def test_python_m_proctor_beside_a_proctor_directory(tiny, data_dir, tmp_path):
     """`python -m` puts the current directory first on sys.path; a `proctor/` there must not win."""
     work = tmp_path / "work"
@@ -155,12 +156,14 @@ def test_python_m_proctor_beside_a_proctor_directory(tiny, data_dir, tmp_path):
 
 # ---- class 5 and 6: bad lengths; the protocol never changes silently ------------------
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_max_length_1_is_one_line(tiny, data_dir, tmp_path):
     done = run_tiny(tiny, data_dir, "--max-length", "1", "--output", str(tmp_path / "run"), cache=tmp_path / "c")
     assert_user_error(done, "--max-length")
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_max_length_beyond_the_models_positions_is_refused(data_dir, tmp_path):
     from tinylm import build_tiny_gpt2
 
@@ -175,6 +178,7 @@ def test_an_empty_model_name_is_refused(no_work, data_dir, tmp_path, capsys):
     assert "model name is empty" in err
 
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_prompts_cut_by_max_length_are_warned_about_and_recorded(tiny, data_dir, tmp_path):
     out = tmp_path / "run"
     done = run_tiny(tiny, data_dir, "--max-length", "8", "--output", str(out), cache=tmp_path / "c")
@@ -193,6 +197,7 @@ def test_prompts_cut_by_max_length_are_warned_about_and_recorded(tiny, data_dir,
     assert not json.loads((tmp_path / "full" / "metrics.json").read_text())["warnings"]
 
 
+@pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_generation_prompts_cut_by_max_length_are_warned_about_cached_or_not(tiny, data_dir, tmp_path):
     def gsm8k(out: str):
         return subprocess.run(

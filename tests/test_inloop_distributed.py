@@ -38,6 +38,7 @@ def model_dir(tmp_path_factory):
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny_dist")))
 
 
+@pytest.mark.slow  # heavy: gloo process groups, over 3 s
 def test_two_gloo_processes_equal_one_process(model_dir, data_dir):
     args = (model_dir, str(data_dir), None, 20, 32, 4)
     single = evaluate_c4(*args)
@@ -59,6 +60,7 @@ def test_two_gloo_processes_equal_one_process(model_dir, data_dir):
     assert ranks[0]["result"] == ranks[1]["result"]
 
 
+@pytest.mark.slow  # heavy: gloo process groups, over 3 s
 def test_a_rank_without_documents_still_reduces(model_dir, tmp_path):
     path = tmp_path / "two.jsonl"
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in [

@@ -377,6 +377,7 @@ def _rank_result():
     return metric.compute()
 
 
+@pytest.mark.slow  # heavy: gloo process groups, over 3 s
 def test_two_process_gloo_equals_one_process():
     results = run_ranks(_rank_result, 2)
     single = ICLMetric("acc")

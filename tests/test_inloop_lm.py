@@ -165,6 +165,7 @@ def test_metric_equals_hand_computation_on_tiny_documents(tiny):
     assert metric.nll.dtype == torch.float64
 
 
+@pytest.mark.slow  # heavy: over 3 s
 def test_seed_c4_example_loop_runs_unchanged(tiny, data_dir):
     model, tokenizer = tiny
     device = "cpu"
@@ -178,6 +179,7 @@ def test_seed_c4_example_loop_runs_unchanged(tiny, data_dir):
     assert results["bpb"] == pytest.approx(nll / math.log(2) / n_bytes, rel=1e-5)
 
 
+@pytest.mark.slow  # heavy: over 3 s
 def test_partial_pass_and_repeated_chunks_are_refused(tiny):
     model, tokenizer = tiny
     task = LMChunkDataset([Document(t, "", "t") for t in TINY_DOCS], tokenizer, CTX)
@@ -303,6 +305,7 @@ def test_paloma_rejects_bad_selections_before_downloading(tiny, paloma_hub):
     assert paloma_hub.configs == []
 
 
+@pytest.mark.slow  # heavy: over 3 s
 def test_paloma_local_fixture_metric_equals_hand_computation(tiny, data_dir):
     model, tokenizer = tiny
     task = Paloma(tokenizer, dataset_name="c4_100_domains", num_samples=4, model_ctx_len=512,
@@ -326,6 +329,7 @@ def test_paloma_metric_is_byte_weighted_over_sources_not_averaged(tiny, paloma_h
     assert both["nll"] == pytest.approx(sum(p["nll"] for p in parts), rel=1e-9)
 
 
+@pytest.mark.slow  # heavy: over 3 s
 def test_c4_english_defaults_and_document_limit(tiny, data_dir):
     tokenizer = tiny[1]
     task = C4English(tokenizer, data_dir=data_dir)  # seed defaults: 1,000 documents, 2,048 predictions

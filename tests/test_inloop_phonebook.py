@@ -128,6 +128,7 @@ def test_determinism_and_distinct_seeds(tokenizer):
         Phonebook(tokenizer, "0k", num_samples=0)
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s
 def test_prompts_are_byte_identical_across_processes():
     script = (
         "import hashlib, sys; sys.path.insert(0, 'tests');"

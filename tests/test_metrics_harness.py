@@ -1,10 +1,10 @@
-"""lm-eval's acc_norm and TruthfulQA mc2, and RRGS: hand-computed values and the score_task hook."""
+"""lm-eval's acc_norm and TruthfulQA mc2, and RRGS: hand-computed values and the lm-eval family's scoring."""
 
 import math
 
 import pytest
 
-from proctor.evaluate import TaskRun, score_task
+from proctor.tasks.registry import resolve
 from proctor.metrics import choice_score, score_multiple_choice
 from proctor.metrics.harness import acc_norm_index, lm_eval_choice_metrics, mc2
 from proctor.metrics.rrgs import rrgs
@@ -61,17 +61,17 @@ def test_rrgs_matches_the_seed_recipe():
     assert rrgs(scores) == pytest.approx(1 - sum(abs(s - 0.25) for s in scores) / len(scores))
 
 
-def test_score_task_adds_acc_norm_and_mc2_for_lm_eval_instances():
+def test_lm_eval_family_adds_acc_norm_and_mc2():
     config = task_config("truthfulqa_mc2::leaderboard")
     inst = Instance(query_id="q#0", task=config.name, doc_id=0, native_id=0, prompt="P",
                     choices=("yes", "no", "maybe"), continuations=(" yes", " no", " maybe"), label=0,
-                    metadata={"benchmark": "truthfulqa", "scoring": "lm_eval", "true_choices": (0, 1)})
+                    metadata={"benchmark": "truthfulqa", "true_choices": (0, 1)})
     lls = {" yes": math.log(0.2), " no": math.log(0.5), " maybe": math.log(0.3)}
     results = {r.key: LoglikelihoodResult(lls[r.continuation], 2, False) for r in inst.requests}
-    run = TaskRun(config, [inst])
-    score_task(run, results)
-    assert run.metrics["mc2"].mean == pytest.approx(0.7)
-    assert run.metrics["acc_norm"].mean == 0.0   # per character "maybe" wins (-0.24 > -0.35 > -0.54)
-    assert run.primary.mean == pytest.approx(0.7)
-    row = run.sidecar[0]
+    [task] = resolve(config.name)
+    scored = task.score_docs([inst], results)
+    assert scored.metrics["mc2"].mean == pytest.approx(0.7)
+    assert scored.metrics["acc_norm"].mean == 0.0   # per character "maybe" wins (-0.24 > -0.35 > -0.54)
+    assert scored.metrics[config.primary_metric].mean == pytest.approx(0.7)
+    row = scored.sidecar[0]
     assert row.is_correct is True and row.predicted_answer == "no" and row.correct_answer == "yes"

@@ -34,7 +34,7 @@ def test_sidecar_parquet_and_jsonl_agree(tmp_path):
     ]
     write_sidecar(tmp_path, rows)
     table = pq.read_table(tmp_path / "query_metadata.parquet").to_pylist()
-    lines = [json.loads(l) for l in (tmp_path / "query_metadata.jsonl").read_text().splitlines()]
+    lines = [json.loads(line) for line in (tmp_path / "query_metadata.jsonl").read_text().splitlines()]
     assert table == lines == [r.to_dict() for r in rows]
 
 

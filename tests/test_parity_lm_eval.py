@@ -8,6 +8,8 @@ from proctor.requests import Loglikelihood
 
 from tinylm import build_tiny_model
 
+pytestmark = pytest.mark.slow  # lm-eval (and, for MMLU, the real SmolLM2)
+
 MMLU_SUBJECTS = ("abstract_algebra", "high_school_geography", "philosophy", "anatomy")
 ITEMS_PER_SUBJECT = 25
 

@@ -197,6 +197,7 @@ def test_gpt2_positions_continue_after_the_prefix(tmp_path):
     assert res.sum_logits == pytest.approx(want, abs=1e-5)
 
 
+@pytest.mark.slow  # the real SmolLM2
 def test_real_items_on_smollm2_score_the_same_shared_and_unshared(data_dir):
     """30 fp32 layers: any change of batch shape moves sums by ~1e-5 (unshared runs at batch
     size 1 and "auto" differ by 2.5e-5 on these items), so 1e-5 is allowed relative too."""

@@ -2,6 +2,8 @@
 
 import multiprocessing as mp
 
+import pytest
+
 from proctor.engine.cache import ResultCache
 from proctor.requests import LoglikelihoodResult
 
@@ -14,6 +16,7 @@ def _open_and_store(path, barrier, rank, errors):
         errors.put(repr(e))
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s
 def test_processes_opening_a_new_cache_at_once_all_succeed(tmp_path):
     # SQLite answers "database is locked" at once, without waiting, to processes that switch a
     # new file to WAL together; ResultCache retries. 5 of 180 openings failed here without it.

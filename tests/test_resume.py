@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from killed_runs import finish, kill_when_stored, outputs, start_run
 from tinylm import build_tiny_model
 
@@ -13,6 +15,7 @@ def args(model: Path, data_dir: Path, out: Path) -> list[str]:
             "--data-dir", str(data_dir), "--output", str(out), "--no-progress"]
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s (SIGKILL and rerun)
 def test_sigkill_then_rerun_is_byte_identical(data_dir, tmp_path):
     model = build_tiny_model(tmp_path / "tiny")
     out, cache = tmp_path / "run", tmp_path / "cache"

@@ -7,6 +7,8 @@ import pytest
 
 from proctor.cli import main
 
+pytestmark = pytest.mark.slow  # the real SmolLM2
+
 
 @pytest.fixture(scope="module")
 def real_run(data_dir, tmp_path_factory):
@@ -55,14 +57,14 @@ def test_run_directory_has_every_record(real_run):
     # MMLU's 5-shot block and ARC's few-shot block are each computed once, not per row.
     assert engine["prefixes_run"] >= 2 and engine["tokens_run"] < engine["tokens_total"]
 
-    preds = [json.loads(l) for l in (real_run / "mmlu_astronomy-mc-olmes" / "predictions.jsonl").open()]
+    preds = [json.loads(line) for line in (real_run / "mmlu_astronomy-mc-olmes" / "predictions.jsonl").open()]
     assert [p["doc_id"] for p in preds] == list(range(6))
     first = preds[0]
     assert set(first) >= {"query_id", "doc_id", "native_id", "metrics", "model_output", "label"}
     assert len(first["model_output"]) == 4
     assert all(o["num_tokens"] == 1 and o["sum_logits"] < 0 for o in first["model_output"])
 
-    requests = [json.loads(l) for l in (real_run / "arc_easy-rc-olmes" / "requests.jsonl").open()]
+    requests = [json.loads(line) for line in (real_run / "arc_easy-rc-olmes" / "requests.jsonl").open()]
     assert any(r["uncond"] and r["request"]["context"] == "Answer:" for r in requests)
 
     sidecar = pq.read_table(real_run / "query_metadata.parquet").to_pylist()

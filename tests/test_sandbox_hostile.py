@@ -434,7 +434,7 @@ def score(problems, cases: list[tuple[str, str]]) -> list[dict]:
     task.allow_unsafe_exec = UNSAFE_OK
     instances = [problems[entry] for entry, _ in cases]
     results = [GenerateResult((Generation(text, 1, "stop"),)) for _, text in cases]
-    return [s.model_output[0] for s in task.score_many(instances, results)]
+    return [s.model_output[0].to_dict() for s in task.score_many(instances, results)]
 
 
 @pytest.fixture(scope="module")

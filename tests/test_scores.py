@@ -7,13 +7,14 @@ import math
 import pytest
 from rich.console import Console
 
-from proctor.evaluate import Plan, SpecPlan, TaskRun, primary_scores
+from proctor.pipeline import Plan, ScoredPlan, SpecPlan, primary_scores
 from proctor.metrics import MeanStat
 from proctor.report import print_results
 from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.leaderboard import bigbench
 from proctor.tasks.mmlu import SUBJECTS
-from proctor.tasks.registry import leaf_specs, task_config
+from proctor.pipeline import TaskRun
+from proctor.tasks.registry import leaf_specs, resolve, task_config
 
 
 def stat(correct: int, n: int) -> MeanStat:
@@ -129,14 +130,15 @@ def test_primary_scores_honours_each_suite_primary_and_prints_the_table():
     results = {**slimpajama_results(), **seed_results()}
     specs = ["mmlu::leaderboard", "mmlu_stem:mc::olmes", "slimpajama_dc::leaderboard",
              "data_attribution::olmo3", "humaneval::greedy"]
-    tasks = {}
+    tasks, primary = {}, {}
     for spec in specs:
         for name in leaf_specs(spec):
-            tasks[name] = TaskRun(config=task_config(name), instances=[],
-                                  metrics={task_config(name).primary_metric: results[name].stat})
+            [task] = resolve(name)
+            tasks[name], primary[name] = TaskRun(task, instances=[]), results[name].stat
     plan = Plan(specs=[SpecPlan(s, leaf_specs(s), is_suite=leaf_specs(s) != [s]) for s in specs],
                 tasks=tasks)
-    scores = primary_scores(plan)
+    typed = primary_scores(plan, ScoredPlan({}, primary))
+    scores = {spec: s.to_dict() for spec, s in typed.items()}
     assert scores["mmlu::leaderboard"]["score"] == scores["mmlu::leaderboard"]["micro"]
     assert scores["mmlu_stem:mc::olmes"]["score"] == scores["mmlu_stem:mc::olmes"]["macro"]
     table, expected = scores["slimpajama_dc::leaderboard"], spec_entry("slimpajama_dc::leaderboard", results)
@@ -146,7 +148,7 @@ def test_primary_scores_honours_each_suite_primary_and_prints_the_table():
                                            "stderr": pytest.approx(0.1), "num_instances": 10}
 
     out = io.StringIO()
-    print_results(scores, [], Console(file=out, width=200))
+    print_results(typed, [], Console(file=out, width=200))
     rows = [[c.strip() for c in line.split("│")[1:-1]] for line in out.getvalue().splitlines()
             if line.startswith("│")]
     assert ["mmlu::leaderboard", "micro(acc_raw)"] in [r[:2] for r in rows]    # its own headline

@@ -56,6 +56,7 @@ def test_spec_resolution():
         resolve("bbh_snark:cot::lm_eval")
 
 
+@pytest.mark.slow  # imports lm-eval
 @pytest.mark.parametrize("task", bbh.TASKS)
 def test_prompts_requests_and_targets_equal_lm_eval(data_dir, task):
     rows = local_rows(data_dir, task)
@@ -77,6 +78,7 @@ def test_prompts_requests_and_targets_equal_lm_eval(data_dir, task):
     assert len(docs) == len(ours.docs(data_dir)) == bbh.BBH_TEST[task]
 
 
+@pytest.mark.slow  # imports lm-eval
 def test_zero_shots_equals_lm_eval_and_too_many_is_an_error(data_dir):
     rows = local_rows(data_dir, "navigate")
     theirs = lm_eval_task("navigate", rows)
@@ -123,6 +125,7 @@ OUTPUTS = {
 }
 
 
+@pytest.mark.slow  # imports lm-eval
 @pytest.mark.parametrize("task", sorted(OUTPUTS))
 def test_extraction_and_exact_match_equal_lm_eval_filters(data_dir, task):
     from lm_eval.api.instance import Instance as LmInstance

@@ -108,10 +108,10 @@ def test_doc_score_from_eight_samples(data_dir):
     result = GenerateResult(samples=tuple(sample(t) for t in SAMPLES[:-1])
                             + (sample(SAMPLES[-1], "length"),))
     score = task.score(instance, result)
-    extracted = [o["extracted"] for o in score.model_output]
+    extracted = [o.details["extracted"] for o in score.model_output]
     assert extracted == ["20", "18.00", "18", "126", "18", "18",
                          "She sells the rest of the eggs at the market.", "18"]
-    assert [o["correct"] for o in score.model_output] == [False, False, True, False, True, True,
+    assert [o.details["correct"] for o in score.model_output] == [False, False, True, False, True, True,
                                                           False, True]
     m = score.metrics
     assert list(m) == list(task.metric_names)
@@ -123,7 +123,7 @@ def test_doc_score_from_eight_samples(data_dir):
     assert (m["maj_at_1"], m["maj_at_2"], m["maj_at_4"], m["maj_at_8"]) == (0.0, 0.0, 0.0, 1.0)
     assert m["exact_match"] == 0.0                         # first sample only
     assert (score.predicted_answer, score.correct_answer, score.is_correct) == ("20", "18", False)
-    assert score.model_output[-1]["finish_reason"] == "length"
+    assert score.model_output[-1].finish_reason == "length"
 
 
 def test_greedy_doc_score_and_signs(data_dir):

@@ -93,19 +93,21 @@ def test_samples_are_judged_split_never_as_one_self_reporting_program(instances,
     assert score.is_correct
 
 
+@pytest.mark.slow  # heavy: every canonical solution in the sandbox, over 3 s
 def test_all_canonical_solutions_pass_and_all_bare_prompts_fail(instances):
     t = task()
     assert len(instances) == 164
     good = t.score_many(instances, [results(i.target.canonical_solution) for i in instances])
-    failing = [(i.query_id, s.model_output[0]["detail"]) for i, s in zip(instances, good)
+    failing = [(i.query_id, s.model_output[0].details["detail"]) for i, s in zip(instances, good)
                if not s.is_correct]
     assert failing == []
     assert all(s.metrics == {"pass_at_1": 1.0} for s in good)
     bare = t.score_many(instances, [results("") for _ in instances])
     assert not any(s.is_correct for s in bare)
-    assert {s.model_output[0]["outcome"] for s in bare} == {"failed"}
+    assert {s.model_output[0].details["outcome"] for s in bare} == {"failed"}
 
 
+@pytest.mark.slow  # heavy: sandboxed runs, over 3 s
 def test_wrong_and_hostile_completions_fail_with_the_right_verdict(instances):
     t = task()
     first = instances[0]  # has_close_elements(numbers, threshold) -> bool
@@ -117,10 +119,10 @@ def test_wrong_and_hostile_completions_fail_with_the_right_verdict(instances):
         "    x = bytearray(1 << 34)\n": "memory",
     }
     scores = t.score_many([first] * len(cases), [results(c) for c in cases])
-    got = {c: s.model_output[0]["outcome"] for c, s in zip(cases, scores)}
+    got = {c: s.model_output[0].details["outcome"] for c, s in zip(cases, scores)}
     assert got == cases
-    assert "SyntaxError" in scores[1].model_output[0]["detail"]
-    out = scores[0].model_output[0]
+    assert "SyntaxError" in scores[1].model_output[0].details["detail"]
+    out = scores[0].model_output[0].to_dict()
     assert out["sandbox"] == sandbox.detect().describe() and out["passed"] is False
 
 
@@ -135,7 +137,7 @@ def test_sampled_spec_reports_unbiased_pass_at_k(data_dir):
     for k in (1, 2, 8, 16, 32, 64):
         assert score.metrics[f"pass_at_{k}"] == pytest.approx(pass_at_k(64, 16, k))
     assert score.metrics["pass_at_1"] == 0.25 and score.is_correct
-    assert sum(o["passed"] for o in score.model_output) == 16
+    assert sum(o.details["passed"] for o in score.model_output) == 16
     with pytest.raises(ValueError, match="64"):
         t.score(inst, results(right))
 
@@ -147,11 +149,11 @@ def test_refuses_without_network_isolation_unless_allowed(monkeypatch, instances
     t = task()
     t.allow_unsafe_exec = False
     with pytest.raises(UserError, match="--allow-unsafe-exec"):
-        t.preflight()
+        t.preflight(t.allow_unsafe_exec)
     with pytest.raises(UserError, match="--allow-unsafe-exec"):
         t.score(instances[0], results(instances[0].target.canonical_solution))
     t.allow_unsafe_exec = True
-    t.preflight()
+    t.preflight(t.allow_unsafe_exec)
 
 
 def test_malformed_local_file_is_one_clear_error(tmp_path):

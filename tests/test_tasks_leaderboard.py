@@ -59,6 +59,7 @@ def arc_splits(data_dir):
             for s in ("train", "validation", "test")}
 
 
+@pytest.mark.slow  # lm-eval
 def test_arc_challenge_25_shot_equals_lm_eval(data_dir):
     # 120 docs keep this quick; all 1,172 were checked the same way by hand (0 differences)
     lm = lm_eval_task("arc/arc_challenge.yaml", arc_splits(data_dir), num_fewshot=25)
@@ -86,6 +87,7 @@ def test_arc_numeric_answer_keys_use_the_row_labels(data_dir):
 
 # ---- MMLU 5-shot ----------------------------------------------------------------
 
+@pytest.mark.slow  # lm-eval
 def test_mmlu_descriptions_and_categories_equal_lm_eval():
     for subject in olmes_mmlu.SUBJECTS:
         cfg = lm_eval_yaml(f"mmlu/default/mmlu_{subject}.yaml")
@@ -98,6 +100,7 @@ def test_mmlu_descriptions_and_categories_equal_lm_eval():
     assert len(members) == 57 and suite("mmlu::leaderboard").primary == "micro"
 
 
+@pytest.mark.slow  # lm-eval
 @pytest.mark.parametrize("subject", ["abstract_algebra", "high_school_european_history",
                                      "professional_law", "us_foreign_policy", "world_religions"])
 def test_mmlu_5_shot_equals_lm_eval(data_dir, subject):
@@ -145,6 +148,7 @@ def test_hellaswag_local_data_lacks_the_train_split(data_dir):
     assert len(task_of("hellaswag::leaderboard").docs(data_dir)) == 10042  # validation is there
 
 
+@pytest.mark.slow  # lm-eval
 def test_hellaswag_10_shot_sampler_equals_lm_eval(data_dir, monkeypatch):
     # The train split is not stored locally, so validation rows stand in for it. The eval
     # docs are then inside the pool: lm-eval draws 11 and drops the doc itself.
@@ -161,6 +165,7 @@ def test_hellaswag_10_shot_sampler_equals_lm_eval(data_dir, monkeypatch):
                for i, inst in enumerate(ours))
 
 
+@pytest.mark.slow  # lm-eval
 def test_hellaswag_preprocess_is_lm_evals():
     from lm_eval.tasks.hellaswag.utils import preprocess
 
@@ -174,6 +179,7 @@ def tqa_rows(data_dir):
     return load_split("truthfulqa/truthful_qa", "multiple_choice", "validation", data_dir)
 
 
+@pytest.mark.slow  # lm-eval
 @pytest.mark.parametrize("task_name", ["truthfulqa_mc1", "truthfulqa_mc2"])
 def test_truthfulqa_equals_lm_eval(data_dir, task_name):
     lm = lm_eval_task(f"truthfulqa/{task_name}.yaml", {"validation": tqa_rows(data_dir)})
@@ -204,6 +210,7 @@ def test_truthfulqa_records_the_hidden_six_shots(data_dir):
 
 # ---- BIG-bench ------------------------------------------------------------------
 
+@pytest.mark.slow  # lm-eval
 @pytest.mark.parametrize("name", sorted(bigbench.TASKS))
 def test_bigbench_multiple_choice_equals_lm_eval(data_dir, name):
     rows = load_split("hails/bigbench", f"{name}_zero_shot", "default", data_dir)

@@ -8,8 +8,6 @@ import pytest
 from proctor.cli import main
 from proctor.data import corpora
 from proctor.data.corpora import Document
-from proctor.evaluate import TaskRun
-from proctor.evaluate_perplexity import score_perplexity
 from proctor.metrics import MeanStat, RatioStat, suite_scores
 from proctor.requests import LoglikelihoodResult, RollingLoglikelihood
 from proctor.tasks import perplexity
@@ -34,7 +32,7 @@ def test_specs_are_registered_without_a_paloma_suite():
     for suite in all_suites():
         assert not {"c4_en::bpb", *paloma} & set(leaf_specs(suite.name)), suite.name
     config = c4_task().config
-    assert (config.primary_metric, config.split, config.limit, config.num_shots) == ("bpb", "validation", 1000, 0)
+    assert (config.primary_metric, config.split, config.sample_limit, config.num_shots) == ("bpb", "validation", 1000, 0)
 
 
 def test_c4_docs_are_the_corpus_prefix(data_dir):
@@ -79,24 +77,26 @@ def test_scores_are_corpus_totals(monkeypatch):
     corpus = [Document(t, str(i), "c4_en") for i, t in enumerate(texts)]
     monkeypatch.setattr(corpora, "c4_documents", lambda data_dir, num_samples: corpus)
     task = c4_task()
-    run = TaskRun(task.config, task.instances(None), task=task)
+    instances = task.instances(None)
     fake = {RollingLoglikelihood(texts[0]).key: LoglikelihoodResult(-12.0, 4, False),
             RollingLoglikelihood(texts[1]).key: LoglikelihoodResult(-9.0, 3, True),
             RollingLoglikelihood(texts[2]).key: LoglikelihoodResult(0.0, 0, True)}  # no tokens
-    score_perplexity(run, fake)
+    scored = task.score_docs(instances, fake)
     n_bytes = len(texts[0].encode()) + len(texts[1].encode())
     assert len(texts[0].encode()) == 13  # UTF-8 bytes, not characters
-    assert run.metrics["bpb"].mean == pytest.approx(21.0 / LN2 / n_bytes)
-    assert run.metrics["ce_loss"].mean == pytest.approx(21.0 / 7)
-    assert run.primary is run.metrics["bpb"] and run.metrics["bpb"].count == 2
-    first = run.predictions[0].metrics
+    assert scored.metrics["bpb"].mean == pytest.approx(21.0 / LN2 / n_bytes)
+    assert scored.metrics["ce_loss"].mean == pytest.approx(21.0 / 7)
+    assert task.config.primary_metric == "bpb" and scored.metrics["bpb"].count == 2
+    first = scored.records[0].to_dict()["metrics"]
     assert first == {"nll": 12.0, "sum_logits": -12.0, "num_tokens": 4, "num_bytes": 13,
                      "bits_per_byte": pytest.approx(12.0 / LN2 / 13)}
-    assert math.isnan(run.predictions[2].metrics["bits_per_byte"])
-    assert run.sidecar == []  # nothing to be right or wrong about
-    summary = run.summary()
-    assert summary["perplexity"] == {"nll": 21.0, "num_tokens": 7, "num_bytes": n_bytes, "num_docs_scored": 2}
-    assert set(summary["metrics"]) == {"bpb", "ce_loss"}
+    assert scored.records[2].metrics.bits_per_byte is None
+    # one sidecar row per document, with nothing to be right or wrong about
+    assert [(r.query_id, r.is_correct, r.predicted_answer, r.correct_answer) for r in scored.sidecar] == [
+        (i.query_id, None, None, None) for i in instances]
+    assert (scored.perplexity.nll, scored.perplexity.num_tokens, scored.perplexity.num_bytes,
+            scored.perplexity.num_docs_scored) == (21.0, 7, n_bytes, 2)
+    assert set(scored.metrics) == {"bpb", "ce_loss"}
 
 
 def test_proctor_tasks_lists_them(data_dir):
@@ -151,8 +151,11 @@ def test_cli_end_to_end_on_real_c4_documents(tiny, data_dir, tmp_path, monkeypat
     requests = [json.loads(line) for line in (out / "c4_en-bpb" / "requests.jsonl").open()]
     assert {r["request_type"] for r in requests} == {"loglikelihood_rolling"}
     assert requests[0]["request"] == {"text": docs[0].text}
-    assert (out / "query_metadata.jsonl").read_text() == ""  # no sidecar rows for perplexity docs
-    assert (out / "query_metadata.parquet").exists()
+    sidecar = [json.loads(line) for line in (out / "query_metadata.jsonl").open()]
+    assert [(r["query_id"], r["benchmark"], r["is_correct"]) for r in sidecar] == [
+        (p["query_id"], "c4_en", None) for p in preds]  # one row per document, no answer to judge
+    import pyarrow.parquet as pq
+    assert pq.read_table(out / "query_metadata.parquet").to_pylist() == sidecar
 
     # the same command again: everything from the cache, the same scores
     again = tmp_path / "again"
@@ -174,6 +177,7 @@ def test_missing_c4_data_is_one_user_error(tiny, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.slow  # heavy: subprocesses, over 3 s (SIGKILL and rerun)
 def test_sigkill_then_rerun_rescores_no_stored_chunk(tiny, data_dir, tmp_path, monkeypatch):
     from killed_runs import finish, kill_when_stored, outputs, start_run
 

@@ -125,15 +125,15 @@ def test_suites_expand_recursively():
 
 def test_task_configs():
     c = registry.task_config("arc_easy:mc::olmes")
-    assert (c.split, c.limit, c.primary_metric, c.fewshot_source) == ("test", 1000, "acc_raw", "OLMES:ARC-Easy")
+    assert (c.split, c.sample_limit, c.primary_metric, c.fewshot_source) == ("test", 1000, "acc_raw", "OLMES:ARC-Easy")
     assert registry.task_config("arc_challenge:rc::olmes").primary_metric == "acc_uncond"
     assert registry.task_config("arc_easy:rc::olmes").primary_metric == "acc_per_char"
     assert registry.task_config("arc_challenge:mc::xlarge").split == "all"
     assert registry.task_config("mmlu_anatomy:rc::olmes").primary_metric == "acc_per_char"
     x = registry.task_config("socialiqa:mc::xlarge")
-    assert (x.split, x.limit, x.num_shots, x.primary_metric) == ("all", 10000, 5, "acc_raw")
+    assert (x.split, x.sample_limit, x.num_shots, x.primary_metric) == ("all", 10000, 5, "acc_raw")
     h = registry.task_config("hellaswag:rc::xlarge")
-    assert (h.split, h.limit) == ("all", 10000)
+    assert (h.split, h.sample_limit) == ("all", 10000)
 
 
 def test_unknown_spec_suggests():
@@ -189,4 +189,5 @@ def test_task_rows_official_and_data(data_dir):
     assert {r.spec for r in task_rows("hellaswag", data_dir)} == {
         "hellaswag:rc::olmes", "hellaswag:rc::xlarge", "hellaswag::leaderboard"}
     assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
-    assert task_rows("no-such-thing") == []
+    with pytest.raises(UserError, match="no task spec matches"):
+        task_rows("no-such-thing")

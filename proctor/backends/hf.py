@@ -125,6 +125,10 @@ class HFBackend:
         dtype = str(self.dtype).removeprefix("torch.")
         return f"{self.identity}|dtype={dtype}|device={self.device.type}|max_length={self.max_length}"
 
+    def config_record(self) -> dict[str, Any]:
+        """Settings metrics.json records beyond the common ones (transformers has none)."""
+        return {}
+
     def token_budget(self) -> int:
         """Tokens per batch for batch_size="auto": fixed on CPU, measured on CUDA."""
         if self.device.type != "cuda":

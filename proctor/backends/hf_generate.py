@@ -24,7 +24,7 @@ from transformers import DynamicCache
 from proctor.backends.prefix_kv import cache_keyword
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
 from proctor.engine.gen_plan import GenRow
-from proctor.requests import Generation
+from proctor.requests import Generation, all_finished, finished_samples
 
 OnDone = Callable[[int, tuple[Generation, ...]], None]
 
@@ -85,8 +85,8 @@ def generate_rows(
                 keep.append(b)
                 continue
             results[s.row][j - first_sample[s.row]] = Generation(s.watch.text(s.tokens), len(s.tokens), reason)
-            if on_done is not None and all(g is not None for g in results[s.row]):
-                on_done(s.row, tuple(results[s.row]))  # type: ignore[arg-type]
+            if on_done is not None and (done := finished_samples(results[s.row])) is not None:
+                on_done(s.row, done)
         if not keep:
             break
         next_ids = torch.tensor([[chosen[b]] for b in keep], device=device)
@@ -100,7 +100,7 @@ def generate_rows(
                     use_cache=True, **{keyword: cache})
         logits = out.logits[:, -1, :]
         positions = positions + 1
-    return [tuple(r) for r in results]  # type: ignore[misc]
+    return all_finished(results)
 
 
 def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device, keyword: str):

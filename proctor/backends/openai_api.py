@@ -49,7 +49,7 @@ from proctor.backends.sources import ALIASES, file_sha256, resolve_source
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError
-from proctor.requests import Generation, LoglikelihoodResult
+from proctor.requests import Generation, LoglikelihoodResult, all_finished, finished_samples
 
 PromptFormat = Literal["auto", "ids", "text"]
 Scoring = Literal["auto", "echo", "forced"]
@@ -76,6 +76,7 @@ class OpenAIBackend:
 
     dtype = "server"     # what the CLI's metrics record for HF's dtype and device
     device = "remote"
+    shares_prefixes = False  # every request is a whole prompt
 
     def __init__(
         self, base_url: str, model: str, *, tokenizer: Any, tokenizer_identity: str, max_length: int = 2048,
@@ -165,7 +166,9 @@ class OpenAIBackend:
 
     # -- loglikelihood --------------------------------------------------------------------
 
-    def score(self, rows: Sequence[Row]) -> list[tuple[LoglikelihoodResult, ...]]:
+    def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = (),
+              parents: Sequence[int] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
+        # shares_prefixes is False: the engine never passes prefix or parents
         mode = self._scoring()
         queries = [q for i, row in enumerate(rows) for j in range(len(row.readouts)) for q in self._queries(i, row, j, mode)]
         totals: dict[tuple[int, int], list[tuple[float, bool]]] = {}
@@ -276,9 +279,9 @@ class OpenAIBackend:
         for n, reply in self._post_all(bodies):
             i, k = jobs[n]
             results[i][k] = self._generation(reply, rows[i])
-            if on_done is not None and all(g is not None for g in results[i]):
-                on_done(i, tuple(results[i]))  # type: ignore[arg-type]
-        return [tuple(r) for r in results]  # type: ignore[misc]
+            if on_done is not None and (done := finished_samples(results[i])) is not None:
+                on_done(i, done)
+        return all_finished(results)
 
     def _generation_body(self, row: GenRow, seed: int) -> dict:
         fields: dict[str, Any] = {"max_tokens": row.max_new_tokens}

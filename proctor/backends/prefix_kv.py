@@ -20,7 +20,13 @@ def run_prefix(decoder: Any, prefix: tuple[int, ...], device: torch.device) -> l
     cache = DynamicCache()
     ids = torch.tensor([prefix], dtype=torch.long, device=device)
     decoder(input_ids=ids, use_cache=True, **{cache_keyword(decoder): cache})  # fills `cache`
-    layers = [(layer.keys, layer.values) for layer in cache.layers]
-    if not layers or any(k is None or k.shape[-2] != len(prefix) for k, _ in layers):
+    layers = []
+    for layer in cache.layers:
+        # a linear-attention layer has no keys/values to share: not a plain key/value cache
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if keys is None or values is None or keys.shape[-2] != len(prefix):
+            raise RuntimeError("the model did not fill a plain key/value cache for the prefix")
+        layers.append((keys, values))
+    if not layers:
         raise RuntimeError("the model did not fill a plain key/value cache for the prefix")
     return layers

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from proctor.backends.redact import redact_url
+from proctor.engine.backend import Backend
 from proctor.errors import UserError
 
 BACKENDS = ("hf", "llamacpp", "openai", "vllm")
@@ -70,7 +71,7 @@ def check_backend_options(options: BackendOptions) -> None:
         resolve_source(o.model)
 
 
-def open_backend(options: BackendOptions) -> Any:
+def open_backend(options: BackendOptions) -> Backend:
     """The loaded backend (UserError for an unknown backend or options of another backend)."""
     o = options
     check_backend_options(o)
@@ -87,7 +88,7 @@ def open_backend(options: BackendOptions) -> Any:
 
         if not o.base_url:
             raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
-        extra = {} if o.concurrency is None else {"concurrency": o.concurrency}
+        extra: dict[str, Any] = {} if o.concurrency is None else {"concurrency": o.concurrency}
         return load_openai_backend(o.base_url, o.model, tokenizer=o.tokenizer, max_length=o.max_length,
                                    scoring=o.openai_scoring, extra_body=o.openai_extra, **extra)
     from proctor.backends.vllm_backend import load_vllm_backend
@@ -97,11 +98,9 @@ def open_backend(options: BackendOptions) -> Any:
                              gpu_memory_utilization=o.gpu_memory_utilization or 0.9, seed=o.seed)
 
 
-def backend_record(backend: Any, options: BackendOptions) -> dict:
+def backend_record(backend: Backend, options: BackendOptions) -> dict[str, Any]:
     """What metrics.json records about the backend (its own record where it keeps one)."""
-    record = {"backend": options.backend}
-    if hasattr(backend, "config_record"):
-        record.update(backend.config_record())
+    record = {"backend": options.backend, **backend.config_record()}
     if options.base_url:
         record["base_url"] = redact_url(options.base_url)
     return record

@@ -283,7 +283,9 @@ class VLLMBackend:
     def token_budget(self) -> int:
         return _TOKEN_BUDGET
 
-    def score(self, rows: Sequence[Row]) -> list[tuple[LoglikelihoodResult, ...]]:
+    def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = (),
+              parents: Sequence[int] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
+        # shares_prefixes is False: the engine never passes prefix or parents
         plan = plan_scoring(rows, self.max_length, self.vllm_for_mc)
         results = read_scores(plan, rows, self._run(plan.prompts))
         for row, fast, row_results in zip(rows, plan.fast, results):

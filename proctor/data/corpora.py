@@ -68,7 +68,7 @@ PALOMA_SOURCES: tuple[str, ...] = (
 PALOMA_SPLITS = ("val", "test")
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".parquet")
 PALOMA_ACCESS = ("accept the terms at https://huggingface.co/datasets/allenai/paloma, then run "
-                 "`huggingface-cli login` or set HF_TOKEN (or pass token=...)")
+                 "`huggingface-cli login` or set HF_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def _documents(rows: Iterable[tuple[str, dict]], id_field: str, source: str,
                num_samples: int, origin: object) -> list[Document]:
     """The first `num_samples` rows as documents; every row needs a string `text`, and
     `origin` (the files or hub split read) must hold at least one."""
-    out = []
+    out: list[Document] = []
     for where, row in itertools.islice(rows, num_samples):
         if not isinstance(row, dict):
             raise UserError(f"{where}: expected a JSON object with a 'text' field, "
@@ -186,8 +186,8 @@ def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: in
                   access_hint: str = "") -> list[Document]:
     """The first `num_samples` rows of a hub split, streamed (nothing else is downloaded)."""
     where = f"{dataset} ({name}) split {split!r}" if name else f"{dataset} split {split!r}"
-    fix = access_hint or ("make the Hugging Face hub reachable, or pass data_dir / set "
-                          "PROCTOR_DATA_DIR to a local copy")
+    fix = access_hint or ("make the Hugging Face hub reachable, or point --data-dir (or "
+                          "PROCTOR_DATA_DIR) at a local copy")
     cache = _prefix_cache(dataset, name, split)
     cached = _read_prefix(cache, num_samples)
     if cached is not None:  # read before importing `datasets`: a cached prefix needs no hub
@@ -197,7 +197,7 @@ def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: in
         import datasets
     except ImportError:
         raise UserError(f"streaming {where} needs the `datasets` package (`pip install datasets`), "
-                        "or pass data_dir / set PROCTOR_DATA_DIR to a local copy") from None
+                        "or point --data-dir (or PROCTOR_DATA_DIR) at a local copy") from None
     from huggingface_hub.utils import logging as hub_logging
 
     hub_logging.set_verbosity_error()  # its per-retry warnings would bury the one error line

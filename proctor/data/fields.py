@@ -27,6 +27,7 @@ _NOUNS = {str: "string", int: "integer", float: "number", bool: "boolean", dict:
           list: "list"}
 _PLURALS = {"string": "strings", "integer": "integers", "number": "numbers",
             "boolean": "booleans", "object": "objects", "list": "lists"}
+_WITH_ARTICLE: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
 
 
 def json_type(value: Any) -> str:
@@ -37,7 +38,7 @@ def json_type(value: Any) -> str:
         return "a boolean"
     if isinstance(value, (int, float)):
         return "a number"
-    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return _WITH_ARTICLE.get(type(value), type(value).__name__)
 
 
 def describe(kind: Any) -> str:

@@ -1,8 +1,12 @@
-"""What the engine needs from a backend: a tokenizer, an identity, row scoring and generation."""
+"""What the engine needs from a backend, and everything callers read off one.
+
+Every backend (transformers, llama.cpp, OpenAI-compatible servers, vLLM) provides all of
+it; nothing is probed with getattr.
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, runtime_checkable
 
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
@@ -10,22 +14,42 @@ from proctor.engine.tokens import TextEncoder
 from proctor.requests import Generation, LoglikelihoodResult
 
 
+@runtime_checkable
 class Backend(Protocol):
-    tokenizer: TextEncoder
-    max_length: int
+    @property
+    def tokenizer(self) -> TextEncoder: ...
+
+    @property
+    def max_length(self) -> int: ...
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether `score` takes `prefix=` and `parents=` (the engine then groups rows by shared prefix)."""
 
     @property
     def fingerprint(self) -> str:
         """Stable identity of model weights + dtype + device type + max_length."""
 
+    @property
+    def dtype(self) -> Any:
+        """The weights' type as metrics.json records it (`str()` of it; e.g. torch.float32, "Q4_1")."""
+
+    @property
+    def device(self) -> Any:
+        """Where the model runs as metrics.json records it (`str()` of it; e.g. cpu, cuda:0, remote)."""
+
+    def config_record(self) -> dict[str, Any]:
+        """The backend's own settings for metrics.json's model_config (JSON values)."""
+
     def token_budget(self) -> int:
         """Tokens per batch for batch_size="auto" (deterministic per device)."""
 
-    def score(self, rows: Sequence[Row]) -> list[tuple[LoglikelihoodResult, ...]]:
+    def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = (),
+              parents: Sequence[int] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
         """One forward pass over `rows`; results aligned with each row's readouts.
 
-        A backend with `shares_prefixes` also takes `prefix=` (tokens every row continues)
-        and `parents=` (row i continues row parents[i], -1 for none; see engine.plan.Batch).
+        Only a backend with `shares_prefixes` is given `prefix` (tokens every row continues)
+        and `parents` (row i continues row parents[i], -1 for none; see engine.plan.Batch).
         """
 
     def generate(

@@ -10,62 +10,29 @@ batches, runs its share of those not yet done and ends with every result.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Container, Iterable, Optional, Sequence, Union
+from dataclasses import replace
+from typing import Container, Iterable, Optional, Sequence, Union
 
+from proctor.engine.backend import Backend
 from proctor.engine.cache import ResultCache
 from proctor.engine.distributed import SINGLE, DistributedContext, Pool
+from proctor.engine.generate import run_generation
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
 from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
+from proctor.engine.stats import WORK_COUNTERS, EngineStats
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
 from proctor.errors import BatchTooLarge, UserError
 from proctor.engine.gen_plan import DEFAULT_SEED
-from proctor.requests import Generate, GenerateResult, Loglikelihood, LoglikelihoodResult, RollingLoglikelihood
-
-if TYPE_CHECKING:
-    from proctor.backends.base import Backend
+from proctor.requests import (
+    Generate, GenerateResult, Loglikelihood, LoglikelihoodResult, Request, Result, RollingLoglikelihood,
+)
 
 BatchSize = Union[int, str]
 Scored = Union[Loglikelihood, RollingLoglikelihood]
 
 
-@dataclass
-class EngineStats:
-    """What the last `run` did (for logs, metrics.json timing, and tests)."""
-
-    requests: int = 0          # as given, duplicates included
-    unique: int = 0            # after dedupe on request key
-    cached: int = 0            # unique requests answered by the cache (any rank's)
-    rolling_chunks: int = 0    # chunks of the rolling requests in the full plan
-    rows: int = 0              # model rows in the full plan
-    batches: int = 0           # batches in the full plan
-    batches_run: int = 0       # batches actually sent to the backend
-    tokens_run: int = 0        # real (unpadded) tokens the backend computed, each shared prefix once
-    tokens_total: int = 0      # real tokens the same batches hold without prefix sharing
-    prefixes_run: int = 0      # shared prefixes computed (a prefix spanning consecutive batches counts once)
-    plan_seconds: float = 0.0  # tokenizing and batching
-    oom_splits: int = 0        # batches halved because the backend ran out of memory
-    first_batch_seconds: Optional[float] = None  # from `run` to the first batch's results stored
-    # generation (`Engine.generate`)
-    gen_requests: int = 0         # as given, duplicates included
-    gen_unique: int = 0           # after dedupe on request key
-    gen_cached: int = 0           # unique requests answered by the cache
-    gen_batches: int = 0          # batches in the full plan
-    gen_batches_run: int = 0      # batches sent to the backend
-    gen_samples: int = 0          # samples generated (a greedy request's repeats count once)
-    gen_tokens: int = 0           # tokens generated
-    gen_prompt_tokens: int = 0    # context tokens prefilled (once per prompt, whatever its samples)
-    gen_seconds: float = 0.0
-    gen_first_batch_seconds: Optional[float] = None  # from `generate` to the first batch done
-
-
-# What each rank did on its own; `Engine.total_stats` adds them up over the ranks.
-WORK_COUNTERS = ("batches_run", "tokens_run", "tokens_total", "prefixes_run", "oom_splits",
-                 "gen_batches_run", "gen_samples", "gen_tokens", "gen_prompt_tokens")
-
-
-def batch_limits(batch_size: BatchSize, backend: "Backend") -> BatchLimits:
+def batch_limits(batch_size: BatchSize, backend: Backend) -> BatchLimits:
     if batch_size == "auto":
         return BatchLimits(max_tokens=backend.token_budget())
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -81,7 +48,7 @@ class Engine:
 
     def __init__(
         self,
-        backend: "Backend",
+        backend: Backend,
         *,
         batch_size: BatchSize = "auto",
         cache: Optional[ResultCache] = None,
@@ -107,10 +74,11 @@ class Engine:
         self.policy = TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
         # request key -> context tokens left truncation cut (to --max-length); scoring warns
         self.truncated: dict[str, int] = {}
-        self.share_prefixes = bool(getattr(backend, "shares_prefixes", False))
+        self.share_prefixes = backend.shares_prefixes
         self.stats = EngineStats()
         self._last_prefix: tuple[int, ...] = ()
         self._started: Optional[float] = None
+        self._cost = {"scored": 0.0, "generated": 0.0}
 
     @property
     def fingerprint(self) -> str:
@@ -138,10 +106,27 @@ class Engine:
         """When the last `run` started (the evaluation's start), else `fallback`."""
         return fallback if self._started is None else self._started
 
+    def results(self, requests: Sequence[Request]) -> dict[str, Result]:
+        """Every request's result by key: the scored ones (`run`), then the generations
+        (`generate`). Afterwards `seconds_per_request` shares out the model time."""
+        scored = [r for r in requests if not isinstance(r, Generate)]
+        generated = [r for r in requests if isinstance(r, Generate)]
+        started = time.perf_counter()
+        out: dict[str, Result] = dict(zip((r.key for r in scored), self.run(scored)))
+        scored_seconds = time.perf_counter() - started
+        out.update(zip((r.key for r in generated), self.generate(generated)))
+        self._cost = {
+            "scored": scored_seconds / max(len(scored), 1),
+            "generated": (time.perf_counter() - started - scored_seconds) / max(len(generated), 1),
+        }
+        return out
+
+    def seconds_per_request(self, request: Request) -> float:
+        """A request's share of its kind's model time in the last `results` call."""
+        return self._cost["generated" if isinstance(request, Generate) else "scored"]
+
     def generate(self, requests: Sequence[Generate]) -> list[GenerateResult]:
         """Generation requests (see proctor.engine.generate); call after `run`, which resets stats."""
-        from proctor.engine.generate import run_generation
-
         return run_generation(self, requests)
 
     def run(self, requests: Sequence[Scored]) -> list[LoglikelihoodResult]:

@@ -121,16 +121,16 @@ def plan_generation(
             rows.append(PlannedGen(key, first, row))
     batches: list[GenBatch] = []
     current: list[PlannedGen] = []
-    samples = tokens = 0
+    samples = packed = 0   # the current batch's sample rows and their tokens
     for planned in rows:
         n = len(planned.row.seeds)
         size = n * (len(planned.row.tokens) + planned.row.max_new_tokens)
-        if current and not limits.fits(samples + n, tokens + size):
+        if current and not limits.fits(samples + n, packed + size):
             batches.append(GenBatch(tuple(current)))
-            current, samples, tokens = [], 0, 0
+            current, samples, packed = [], 0, 0
         current.append(planned)
         samples += n
-        tokens += size
+        packed += size
     if current:
         batches.append(GenBatch(tuple(current)))
     return batches

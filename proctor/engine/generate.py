@@ -18,19 +18,40 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Sequence
+from typing import Optional, Protocol, Sequence
 
-from proctor.engine.distributed import Pool
+from proctor.engine.backend import Backend
+from proctor.engine.cache import ResultCache
+from proctor.engine.distributed import DistributedContext, Pool
 from proctor.engine.gen_plan import (
     GenBatch, GenLimits, PlannedGen, check_request, plan_generation, samples_needed,
 )
+from proctor.engine.plan import BatchLimits
 from proctor.engine.progress import Progress
-from proctor.engine.tokens import GENERATION_POLICY_VERSION
+from proctor.engine.stats import EngineStats
+from proctor.engine.tokens import GENERATION_POLICY_VERSION, TokenizationPolicy
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import Generate, GenerateResult, Generation
 
-if TYPE_CHECKING:
-    from proctor.engine.engine import Engine
+
+class Host(Protocol):
+    """What generation uses of the engine that runs it (`proctor.engine.Engine`)."""
+
+    backend: Backend
+    cache: Optional[ResultCache]
+    policy: TokenizationPolicy
+    distributed: DistributedContext
+    limits: BatchLimits
+    stats: EngineStats
+    truncated: dict[str, int]
+    deterministic: bool
+    progress: bool
+    seed: int
+
+    @property
+    def fingerprint(self) -> str: ...
+
+    def started_at(self, fallback: float) -> float: ...
 
 # Auto batches hold this many times the backend's scoring token budget of context plus
 # generation room: decoding reads every weight once per step whatever the batch, so on a
@@ -39,21 +60,22 @@ GEN_BUDGET_FACTOR = 16
 MAX_AUTO_SAMPLES = 256
 
 
-def generation_limits(engine: "Engine") -> GenLimits:
+def generation_limits(engine: Host) -> GenLimits:
     if engine.deterministic:
         return GenLimits(max_samples=1)
     if engine.limits.max_rows is not None:
         return GenLimits(max_samples=engine.limits.max_rows)
     # the engine's token budget (the backend's, agreed by all ranks)
+    assert engine.limits.max_tokens is not None  # batch limits set either rows or tokens
     return GenLimits(max_samples=MAX_AUTO_SAMPLES, max_tokens=GEN_BUDGET_FACTOR * engine.limits.max_tokens)
 
 
-def request_fingerprint(engine: "Engine", request: Generate) -> str:
+def request_fingerprint(engine: Host, request: Generate) -> str:
     base = f"{engine.fingerprint}|gen={GENERATION_POLICY_VERSION}"
     return f"{base}|seed={engine.seed}" if request.do_sample else base
 
 
-def run_generation(engine: "Engine", requests: Sequence[Generate]) -> list[GenerateResult]:
+def run_generation(engine: Host, requests: Sequence[Generate]) -> list[GenerateResult]:
     """Results aligned with `requests`; counters go to `engine.stats` (its gen_* fields)."""
     started = time.perf_counter()
     stats = engine.stats
@@ -116,7 +138,7 @@ def _units(batches: list[GenBatch]) -> list[list[GenBatch]]:
     return units
 
 
-def _store(engine: "Engine", fingerprints: dict[str, str], results: dict[str, GenerateResult]) -> None:
+def _store(engine: Host, fingerprints: dict[str, str], results: dict[str, GenerateResult]) -> None:
     """Store generations other ranks made, each under its request's fingerprint."""
     if engine.cache is not None:
         for fp in set(fingerprints[k] for k in results):
@@ -127,7 +149,7 @@ class _Runner:
     """Runs batches: collects each request's samples (its chunks may lie in several batches)
     and stores a request once it is whole."""
 
-    def __init__(self, engine: "Engine", unique: dict[str, Generate], fingerprints: dict[str, str],
+    def __init__(self, engine: Host, unique: dict[str, Generate], fingerprints: dict[str, str],
                  pool: Pool, progress: Progress):
         self.engine, self.unique, self.fingerprints = engine, unique, fingerprints
         self.pool, self.progress = pool, progress

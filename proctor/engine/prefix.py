@@ -68,7 +68,8 @@ def _clusters(lcp: Sequence[int], lo: int, hi: int, depth: int, base: int = 0,
     if hi - lo < 2:
         return 0, []
     m = min(lcp[lo:hi - 1])
-    whole, inner = 0, []
+    whole = 0
+    inner: list[Cluster] = []
     if m - base >= MIN_PREFIX:
         whole = (hi - lo - 1) * (m - base) - CLUSTER_COST
         if nest and depth < _MAX_DEPTH:

@@ -306,7 +306,7 @@ class _RowMaker:
         for lang in sorted(self.languages):
             cloze = entry.fact.clozes.get(lang)
             aliases = [a for a in cloze.aliases if a.strip()] if cloze else []
-            if not aliases:
+            if cloze is None or not aliases:
                 continue
             golds = [_forms(a, lang) for a in aliases]
             others = [c for c in cloze.candidates

@@ -201,8 +201,8 @@ def _generate_batch(rows: list[Mapping], prompts: list[str], model: Any, tokeniz
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     """EOS ids of the model's generation config plus the tokenizer's EOS."""
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    ids = configured if isinstance(configured, (list, tuple)) else [configured]
-    ids = [int(i) for i in ids if i is not None]
+    listed = configured if isinstance(configured, (list, tuple)) else [configured]
+    ids = [int(i) for i in listed if i is not None]
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(int(tokenizer.eos_token_id))
     if not ids:
@@ -258,7 +258,7 @@ def _resume(partial: Path, header: dict, plan: list[list[int]], query_ids: list[
             found[obj["query_id"]] = obj
         except (json.JSONDecodeError, RecursionError, TypeError, KeyError):
             raise UserError(f"{partial} line {number} is corrupt; delete the file and rerun") from None
-    done = {}
+    done: dict[str, dict] = {}
     for batch in plan:
         if all(query_ids[i] in found for i in batch):
             done.update((query_ids[i], found[query_ids[i]]) for i in batch)

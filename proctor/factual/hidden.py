@@ -71,7 +71,7 @@ def stored_layers(num_layers: int) -> list[int]:
     """Blocks l with l/(L-1) >= 0.4, in exact integer arithmetic."""
     if num_layers < 2:
         return list(range(num_layers))
-    return [l for l in range(num_layers) if 5 * l >= 2 * (num_layers - 1)]
+    return [layer for layer in range(num_layers) if 5 * layer >= 2 * (num_layers - 1)]
 
 
 def extract_hidden(
@@ -113,7 +113,7 @@ def extract_hidden(
                         "files it did not write: use a fresh output directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     arrays = _open_arrays(out_dir, index) if previous is not None else None
-    if arrays is None:  # no earlier run, or its files are unusable: start this directory over
+    if previous is None or arrays is None:  # no earlier run, or its files are unusable: start over
         arrays = _create_arrays(out_dir, index)
     else:
         index.batches_done = previous.batches_done
@@ -141,7 +141,7 @@ def extract_hidden(
 
     _checkpoint(out_dir, index, arrays)
     arrays.clear()
-    index.files = {layer_file(l): file_sha256(out_dir / layer_file(l)) for l in index.layers}
+    index.files = {layer_file(layer): file_sha256(out_dir / layer_file(layer)) for layer in index.layers}
     _write_index(out_dir, index)
     index.complete = True
     _write_index(out_dir, index)
@@ -162,7 +162,7 @@ def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layers
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     out = base(input_ids=enc["input_ids"], attention_mask=mask, position_ids=positions,
                output_hidden_states=True, use_cache=False)
-    return {l: out.hidden_states[l + 1][:, -1, :] for l in layers}
+    return {layer: out.hidden_states[layer + 1][:, -1, :] for layer in layers}
 
 
 def _previous_index(out_dir: Path, index: HiddenIndex) -> HiddenIndex | None:
@@ -183,22 +183,22 @@ def _previous_index(out_dir: Path, index: HiddenIndex) -> HiddenIndex | None:
 def _create_arrays(out_dir: Path, index: HiddenIndex) -> dict[int, np.memmap]:
     index.batches_done = 0
     shape = (len(index.query_ids), index.d_model)
-    return {l: np.lib.format.open_memmap(out_dir / layer_file(l), mode="w+", dtype=np.float16, shape=shape)
-            for l in index.layers}
+    return {layer: np.lib.format.open_memmap(out_dir / layer_file(layer), mode="w+", dtype=np.float16, shape=shape)
+            for layer in index.layers}
 
 
 def _open_arrays(out_dir: Path, index: HiddenIndex) -> dict[int, np.memmap] | None:
     """The earlier run's arrays, writable; None if any is missing or not what this run writes."""
     shape = (len(index.query_ids), index.d_model)
     arrays = {}
-    for l in index.layers:
+    for layer in index.layers:
         try:
-            array = np.load(out_dir / layer_file(l), mmap_mode="r+")
+            array = np.load(out_dir / layer_file(layer), mmap_mode="r+")
         except (OSError, ValueError, EOFError):
             return None
         if array.shape != shape or array.dtype != np.float16:
             return None
-        arrays[l] = array
+        arrays[layer] = array
     return arrays
 
 
@@ -234,8 +234,8 @@ def load_hidden(out_dir: Path, *, verify_checksums: bool = True) -> HiddenStates
         raise UserError(f"hidden states in {out_dir}: extraction did not finish: rerun the same command to resume")
     shape = (len(index.query_ids), index.d_model)
     layers = {}
-    for l in index.layers:
-        name = layer_file(l)
+    for layer in index.layers:
+        name = layer_file(layer)
         file = out_dir / name
         if not file.is_file():
             raise UserError(f"hidden-state file {file} is missing; rerun the extraction into a fresh directory")
@@ -250,5 +250,5 @@ def load_hidden(out_dir: Path, *, verify_checksums: bool = True) -> HiddenStates
         if verify_checksums and file_sha256(file) != index.files.get(name):
             raise UserError(f"hidden-state file {file} does not match its checksum in {INDEX}; "
                             f"it was changed or damaged: rerun the extraction into a fresh directory")
-        layers[l] = array
+        layers[layer] = array
     return HiddenStates(index=index, layers=layers)

@@ -117,7 +117,7 @@ def compute_iss(rows: Sequence[Mapping], states: Mapping[int, np.ndarray],
                 groups[relation[f]].append(f)
         by_cond[c] = dict(groups)
     members: dict[str, list[int]] = defaultdict(list)   # condition -> its row indices (centring)
-    for (f, c), i in where.items():
+    for (_f, c), i in where.items():
         members[c].append(i)
 
     # per condition and relation: [facts, layers] arrays of s - null and of the rank
@@ -134,8 +134,10 @@ def compute_iss(rows: Sequence[Mapping], states: Mapping[int, np.ndarray],
                 diff[c][rel][:, li] = s - null
                 rank[c][rel][:, li] = below
 
+    known: Mapping[str, str] = labels if labels is not None else {}
+
     def labels_of(f: str, c: str) -> tuple[str | None, str | None]:
-        return labels.get(rows[where[(f, ANCHOR)]]["query_id"]), labels.get(rows[where[(f, c)]]["query_id"])
+        return known.get(rows[where[(f, ANCHOR)]]["query_id"]), known.get(rows[where[(f, c)]]["query_id"])
 
     have = labels_of if labels is not None else None
     result = {c: _condition(c, by_cond[c], diff[c], rank[c], layers, have, n_boot, seed)

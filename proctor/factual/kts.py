@@ -145,10 +145,12 @@ def standardiser(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def mean_states(states: Mapping[int, np.ndarray]) -> np.ndarray:
     """The average of the stored layers' states, float32, accumulated one layer at a time."""
-    total = None
+    total: np.ndarray | None = None
     for layer in sorted(states):
         x = np.asarray(states[layer], dtype=np.float32)
         total = x.copy() if total is None else total + x
+    if total is None:
+        raise ValueError("no stored layers to average")
     return total / len(states)
 
 
@@ -208,9 +210,10 @@ def _condition(c: str, facts: list, states: Mapping[int, np.ndarray], features: 
               "cond_correct": int(yc.sum()), "cond_incorrect": int(n - yc.sum())}
     err0 = 1 - float(y0.mean()) if n else None
     errc = 1 - float(yc.mean()) if n else None
+    beh = kts_behavioural(err0, errc) if err0 is not None and errc is not None else None   # both set iff n
     result = ConditionKTS(
         condition=c, n_facts=n, n_subjects=len(set(subjects)), counts=counts, a0=None, a0_to_c=None, ac=None,
-        kts=None, kts_gap=None, reason=None, kts_beh=kts_behavioural(err0, errc) if n else None,
+        kts=None, kts_gap=None, reason=None, kts_beh=beh,
         err_anchor=err0, err_cond=errc, layers_chosen=None)
     small = [k for k, v in counts.items() if v < cfg.min_class]
     if small:

@@ -210,8 +210,8 @@ def read_popqa(root: Path) -> SourceRead:
     for where, row in _csv_rows(root, relative, files):
         subj, prop, gold, answers = (field(row, name, str, where)
                                      for name in ("subj", "prop", "obj", "possible_answers"))
-        s_aliases = row.get("s_aliases") or ""   # an optional column
-        fact = _popqa_fact(prop, subj, gold, _json_list(answers, where), _json_list(s_aliases, where),
+        alias_text = row.get("s_aliases") or ""   # an optional column
+        fact = _popqa_fact(prop, subj, gold, _json_list(answers, where), _json_list(alias_text, where),
                            skipped)
         if fact:
             facts.append(fact)

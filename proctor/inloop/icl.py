@@ -150,14 +150,15 @@ class ICLTask(ICLDataset):
                  data_dir: Optional[Union[str, Path]] = None, limit: Optional[int] = None,
                  metric_type: Optional[str] = None):
         from proctor.data.sources import resolve_data_dir
-        from proctor.tasks.choice import ChoiceTask
-        from proctor.tasks.leaderboard.base import HarnessTask
+        from proctor.tasks.choice import RankedChoiceTask
         from proctor.tasks.registry import resolve
 
         self.spec = spec.strip()
-        tasks = resolve(self.spec)
-        for task in tasks:
-            if not isinstance(task, (ChoiceTask, HarnessTask)):
+        tasks: list[RankedChoiceTask] = []
+        for task in resolve(self.spec):
+            if isinstance(task, RankedChoiceTask):
+                tasks.append(task)
+            else:
                 raise UserError(f"{task.config.name} is not a multiple-choice task (in-loop ICL ranks "
                                 "answer continuations); pass multiple-choice specs such as "
                                 "'mmlu_abstract_algebra:mc::olmes' or 'arc_easy:rc::olmes'")

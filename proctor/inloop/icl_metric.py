@@ -51,6 +51,9 @@ class DocResult:
 class ICLMetric(SumMetric):
     """Accuracy, length-normalised accuracy and BPB of an ICL task (see the module doc)."""
 
+    loglikelihoods: torch.Tensor   # buffers (registered in __init__)
+    fields: torch.Tensor
+
     def __init__(self, metric_type: str = "acc"):
         super().__init__()
         if metric_type not in METRIC_TYPES:

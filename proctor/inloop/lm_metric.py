@@ -22,6 +22,9 @@ class C4Metric(SumMetric):
     """`update(batch, logits)` per batch, then `compute() -> {"ce_loss", "bpb"}`."""
 
     what = "chunks"
+    nll: torch.Tensor      # buffers (registered in __init__)
+    tokens: torch.Tensor
+    bytes: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()

@@ -68,9 +68,11 @@ def normalize_for_match(text: str, *, regexes_to_ignore: Sequence[str] = (),
 def exact_match(prediction: str, reference: str, *, regexes_to_ignore: Sequence[str] = (),
                 ignore_case: bool = False, ignore_punctuation: bool = False) -> bool:
     """Whether prediction and reference are equal after the same normalisation."""
-    kw = dict(regexes_to_ignore=regexes_to_ignore, ignore_case=ignore_case,
-              ignore_punctuation=ignore_punctuation)
-    return normalize_for_match(prediction, **kw) == normalize_for_match(reference, **kw)
+    def normal(text: str) -> str:
+        return normalize_for_match(text, regexes_to_ignore=regexes_to_ignore, ignore_case=ignore_case,
+                                   ignore_punctuation=ignore_punctuation)
+
+    return normal(prediction) == normal(reference)
 
 
 def gsm8k_match(prediction: str, gold: str) -> bool:

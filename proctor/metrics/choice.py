@@ -66,8 +66,9 @@ def score_multiple_choice(choices: Sequence[ChoiceScore], label: int) -> dict:
         "per_char": argmax([c.logits_per_char for c in choices]),
         "per_byte": argmax([-c.bits_per_byte for c in choices]),
     }
-    if all(c.sum_logits_uncond is not None for c in choices):
-        predicted["uncond"] = argmax([c.sum_logits - c.sum_logits_uncond for c in choices])
+    uncond = [c.sum_logits_uncond for c in choices if c.sum_logits_uncond is not None]
+    if len(uncond) == len(choices):
+        predicted["uncond"] = argmax([c.sum_logits - u for c, u in zip(choices, uncond)])
     metrics: dict = {f"predicted_index_{k}": v for k, v in predicted.items()}
     metrics["correct_choice"] = label
     for k, v in predicted.items():

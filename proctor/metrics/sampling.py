@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from math import comb
-from typing import Hashable, Sequence
+from typing import Hashable, Sequence, TypeVar
+
+H = TypeVar("H", bound=Hashable)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -18,11 +20,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def majority(answers: Sequence[Hashable]) -> Hashable:
+def majority(answers: Sequence[H]) -> H:
     """The most frequent answer; ties go to the one seen first."""
     if not answers:
         raise ValueError("majority of no answers")
-    counts: dict = {}
+    counts: dict[H, int] = {}
     for a in answers:
         counts[a] = counts.get(a, 0) + 1
     best = max(counts.values())

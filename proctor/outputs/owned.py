@@ -117,7 +117,8 @@ def check_output_dir(final: Path, *, overwrite: bool, option: str = "--output") 
                 f"{option} {final} already holds files proctor did not write (or that were changed "
                 f"since), e.g. {foreign}; proctor never replaces them: choose a new path")
         if any(final.iterdir()) and not overwrite:
-            raise UserError(f"{option} {final} holds an earlier proctor output; pass --overwrite to "
+            flag = "--overwrite" if option.startswith("--") else "overwrite=True"
+            raise UserError(f"{option} {final} holds an earlier proctor output; pass {flag} to "
                             f"replace it, or choose a new path")
     check_writable_parent(final, option)
 

@@ -1,24 +1,216 @@
-"""Typed per-query records: one prediction line and one metadata-sidecar row per query."""
+"""The run record: every field of a run directory, typed and documented in one place.
+
+A run directory (`RunRecord.write`, read back by `proctor.read_run`) holds
+
+- `metrics.json`: `RunRecord.metrics_json()` — `format_version`, the headline score of
+  every requested spec, each task's summary (`TaskRecord`), the model, the run's
+  options, versions, timings and engine counters;
+- `<task>/predictions.jsonl`: one line per document (`ChoiceRecord`, `GenerationRecord`
+  or `PerplexityRecord`, by the task's `kind`), OLMES's fields plus `query_id`;
+- `query_metadata.parquet` and `.jsonl`: the sidecar (`QueryMetadata`, columns
+  `SIDECAR_COLUMNS`), one row per document of every task, the one join target for analysis.
+
+`FORMAT_VERSION` changes whenever any of these shapes does; readers refuse other versions.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Optional
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Mapping, Optional, Union
+
+from proctor.engine.stats import EngineStats
+from proctor.tasks.config import TaskConfig
+
+#: 2: the first versioned format (metrics.json gained `format_version`, tasks their `kind`,
+#: perplexity tasks their sidecar rows)
+FORMAT_VERSION = 2
+
+JSON = Any                       # a JSON value: None, bool, int, float, str, list, dict
+NativeId = Union[int, str]       # the dataset's own id of a document
+TaskKind = str                   # "choice", "generation" or "perplexity"
+
+
+def finite(value: Optional[float]) -> Optional[float]:
+    """JSON has no NaN: a metric that is undefined (one document's stderr) is None."""
+    return None if value is None or not math.isfinite(value) else value
+
+
+# ---- per-document records (predictions.jsonl) -------------------------------------------
 
 
 @dataclass(frozen=True)
-class Prediction:
-    """One line of `<task>/predictions.jsonl` (OLMES fields plus `query_id`)."""
+class ChoiceOutput:
+    """One answer choice's response and its normalisations (an OLMES `model_output` entry)."""
+
+    sum_logits: float
+    num_tokens: int
+    num_chars: int                  # characters of the continuation, its leading space included
+    num_bytes: int
+    is_greedy: bool
+    logits_per_token: float
+    logits_per_char: float
+    bits_per_byte: float
+    sum_logits_uncond: Optional[float] = None   # RC: the choice after the "Answer:" context
+
+    def to_dict(self) -> dict[str, JSON]:
+        out = asdict(self)
+        if self.sum_logits_uncond is None:
+            del out["sum_logits_uncond"]
+        return out
+
+
+@dataclass(frozen=True)
+class ChoiceRecord:
+    """A multiple-choice document: the model's log-likelihood of every choice."""
 
     query_id: str
     doc_id: int
-    native_id: Any
-    metrics: dict          # predicted indices, accuracies, gold-choice log-probs
-    model_output: list     # one dict per choice (ChoiceScore.to_dict()) or per generated sample
-    label: Any             # gold choice index (choice tasks) or gold answer (generation tasks)
+    native_id: NativeId
+    #: per document: predicted_index_<norm> and acc_<norm> for raw, per_token, per_char,
+    #: per_byte (and uncond for RC), correct_choice, the gold choice's <x>_corr log-probs;
+    #: lm-eval specs add acc (, acc_norm, mc2)
+    metrics: Mapping[str, float]
+    model_output: tuple[ChoiceOutput, ...]
+    label: int                      # the gold choice's index
 
-    def to_dict(self) -> dict:
-        return asdict(self)
+    def to_dict(self) -> dict[str, JSON]:
+        return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
+                "metrics": dict(self.metrics), "model_output": [c.to_dict() for c in self.model_output],
+                "label": self.label}
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, JSON]) -> "ChoiceRecord":
+        return cls(row["query_id"], row["doc_id"], row["native_id"], dict(row["metrics"]),
+                   tuple(ChoiceOutput(**c) for c in row["model_output"]), row["label"])
+
+    def metric_value(self, metric: str) -> Optional[float]:
+        return self.metrics.get(metric)
+
+    def prediction(self, metric: str) -> JSON:
+        """The choice `metric` picked (acc_raw: predicted_index_raw, ...)."""
+        return self.metrics.get(metric.replace("acc_", "predicted_index_", 1)) if metric.startswith("acc_") \
+            else self.metrics.get(f"predicted_index_{metric}")
+
+    def sum_logits(self) -> tuple[float, ...]:
+        return tuple(c.sum_logits for c in self.model_output)
+
+
+@dataclass(frozen=True)
+class SampleOutput:
+    """One generated sample and what the task read from it."""
+
+    text: str
+    num_tokens: int
+    finish_reason: str              # "stop", "eos" or "length"
+    #: the task's own reading, written after the three fields above: GSM8K and BBH
+    #: `extracted` (and GSM8K `correct`); HumanEval `passed`, `outcome`, `detail`,
+    #: `exec_time_s`, `sandbox`
+    details: Mapping[str, JSON] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"text": self.text, "num_tokens": self.num_tokens, "finish_reason": self.finish_reason,
+                **self.details}
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, JSON]) -> "SampleOutput":
+        details = {k: v for k, v in row.items() if k not in ("text", "num_tokens", "finish_reason")}
+        return cls(row["text"], row["num_tokens"], row["finish_reason"], details)
+
+
+@dataclass(frozen=True)
+class GenerationRecord:
+    """A generation document: its samples and their per-document metrics."""
+
+    query_id: str
+    doc_id: int
+    native_id: NativeId
+    metrics: Mapping[str, float]    # the task's metric names (exact_match, pass@k, maj@k, ...)
+    model_output: tuple[SampleOutput, ...]
+    label: str                      # the gold answer as shown
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
+                "metrics": dict(self.metrics), "model_output": [s.to_dict() for s in self.model_output],
+                "label": self.label}
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, JSON]) -> "GenerationRecord":
+        return cls(row["query_id"], row["doc_id"], row["native_id"], dict(row["metrics"]),
+                   tuple(SampleOutput.from_dict(s) for s in row["model_output"]), row["label"])
+
+    def metric_value(self, metric: str) -> Optional[float]:
+        return self.metrics.get(metric)
+
+    def prediction(self, metric: str) -> JSON:
+        """The generated texts."""
+        return tuple(s.text for s in self.model_output)
+
+    def sum_logits(self) -> tuple[float, ...]:
+        return ()
+
+
+@dataclass(frozen=True)
+class DocumentMetrics:
+    """A perplexity document's totals."""
+
+    nll: float                      # nats, = -sum_logits
+    sum_logits: float
+    num_tokens: int                 # targets scored
+    num_bytes: int                  # UTF-8 bytes of the text
+    bits_per_byte: Optional[float]  # None when the text yields no tokens
+
+
+@dataclass(frozen=True)
+class RollingOutput:
+    """The rolling log-likelihood of a whole document."""
+
+    sum_logits: float
+    num_tokens: int
+    is_greedy: bool                 # every target token was the argmax
+
+
+@dataclass(frozen=True)
+class PerplexityRecord:
+    """A corpus document scored as a whole; it has no gold answer (`label` null)."""
+
+    query_id: str
+    doc_id: int
+    native_id: NativeId
+    metrics: DocumentMetrics
+    model_output: tuple[RollingOutput, ...]
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
+                "metrics": asdict(self.metrics), "model_output": [asdict(o) for o in self.model_output],
+                "label": None}
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, JSON]) -> "PerplexityRecord":
+        return cls(row["query_id"], row["doc_id"], row["native_id"], DocumentMetrics(**row["metrics"]),
+                   tuple(RollingOutput(**o) for o in row["model_output"]))
+
+    def metric_value(self, metric: str) -> Optional[float]:
+        """The document's own value of a corpus metric (bpb: its bits per byte)."""
+        m = self.metrics
+        per_doc = {"bpb": m.bits_per_byte, "ce_loss": m.nll / m.num_tokens if m.num_tokens else None}
+        return per_doc.get(metric)
+
+    def prediction(self, metric: str) -> JSON:
+        return (self.metrics.sum_logits, self.metrics.num_tokens)
+
+    def sum_logits(self) -> tuple[float, ...]:
+        return tuple(o.sum_logits for o in self.model_output)
+
+
+Record = Union[ChoiceRecord, GenerationRecord, PerplexityRecord]
+#: how a predictions.jsonl line of each kind of task reads back
+RECORD_READERS: dict[TaskKind, Callable[[Mapping[str, JSON]], Record]] = {
+    "choice": ChoiceRecord.from_dict, "generation": GenerationRecord.from_dict,
+    "perplexity": PerplexityRecord.from_dict}
+
+
+# ---- the sidecar (query_metadata.*) ------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -26,14 +218,284 @@ class QueryMetadata:
     """One row of the query metadata sidecar: the single join target for analysis."""
 
     query_id: str
-    benchmark: str                 # socialiqa, mmlu_stem, mmlu_social_science, arc_easy, ...
-    subject: Optional[str]         # MMLU subject; None elsewhere
-    reasoning_type: Optional[str]  # SocialIQA ATOMIC relation; None elsewhere
-    is_correct: bool               # by the task's primary metric
-    predicted_answer: str          # the predicted choice as shown ("B", or the answer text for RC)
-    correct_answer: str
-    task: str                      # the task spec that produced the query
+    benchmark: str                  # socialiqa, mmlu_stem, mmlu_social_science, arc_easy, c4_en, ...
+    subject: Optional[str]          # MMLU subject; None elsewhere
+    reasoning_type: Optional[str]   # SocialIQA ATOMIC relation; None elsewhere
+    is_correct: Optional[bool]      # by the task's primary metric; None for perplexity documents
+    predicted_answer: Optional[str]  # the predicted choice as shown ("B", or the answer text for RC)
+    correct_answer: Optional[str]   # None for perplexity documents
+    task: str                       # the task spec that produced the query
     doc_id: int
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, JSON]:
         return asdict(self)
+
+
+#: the sidecar's columns and their Arrow types, in order
+SIDECAR_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("query_id", "string"), ("benchmark", "string"), ("subject", "string"), ("reasoning_type", "string"),
+    ("is_correct", "bool"), ("predicted_answer", "string"), ("correct_answer", "string"),
+    ("task", "string"), ("doc_id", "int64"),
+)
+assert tuple(name for name, _ in SIDECAR_COLUMNS) == tuple(f.name for f in fields(QueryMetadata))
+
+
+# ---- per-task summary (metrics.json `tasks`) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricSummary:
+    mean: Optional[float]
+    stderr: Optional[float]         # None under two documents
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """What a generation task asks the model for, and how its code ran if it runs any."""
+
+    max_gen_toks: int
+    stop: tuple[str, ...]
+    do_sample: bool
+    temperature: float
+    top_p: float
+    repeats: int
+    sandbox: Optional[str] = None                     # HumanEval: how the sandbox isolates, e.g. "namespaces+uid-drop+rlimits"
+    allow_unsafe_exec: Optional[bool] = None          # HumanEval: --allow-unsafe-exec
+
+    def to_dict(self) -> dict[str, JSON]:
+        out = {**asdict(self), "stop": list(self.stop)}
+        return {k: v for k, v in out.items() if k not in ("sandbox", "allow_unsafe_exec") or v is not None}
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, JSON]) -> "GenerationSettings":
+        return cls(**{**row, "stop": tuple(row["stop"])})
+
+
+@dataclass(frozen=True)
+class PerplexityTotals:
+    """The corpus totals behind a perplexity task's ratios, for exact comparisons."""
+
+    nll: float
+    num_tokens: int
+    num_bytes: int
+    num_docs_scored: int
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """One scored task: its protocol, aggregates and per-document records."""
+
+    name: str                       # the task spec
+    kind: TaskKind
+    config: TaskConfig
+    num_instances: int
+    primary_metric: str
+    metrics: Mapping[str, MetricSummary]
+    processing_time: float          # seconds: the task's share of model time plus its scoring
+    warnings: tuple[str, ...] = ()
+    generation: Optional[GenerationSettings] = None
+    perplexity: Optional[PerplexityTotals] = None
+    records: tuple[Record, ...] = ()
+    sidecar: tuple[QueryMetadata, ...] = ()
+
+    @property
+    def primary_score(self) -> Optional[float]:
+        return self.metrics[self.primary_metric].mean
+
+    def summary(self) -> dict[str, JSON]:
+        """The task's entry in metrics.json."""
+        out: dict[str, JSON] = {
+            "kind": self.kind,
+            "task_config": asdict(self.config),
+            "num_instances": self.num_instances,
+            "primary_metric": self.primary_metric,
+            "primary_score": self.primary_score,
+            "metrics": {k: asdict(m) for k, m in self.metrics.items()},
+            "processing_time": self.processing_time,
+            "warnings": list(self.warnings),
+        }
+        if self.generation is not None:
+            out["generation"] = self.generation.to_dict()
+        if self.perplexity is not None:
+            out["perplexity"] = asdict(self.perplexity)
+        return out
+
+    @classmethod
+    def from_summary(cls, name: str, entry: Mapping[str, JSON], records: tuple[Record, ...],
+                     sidecar: tuple[QueryMetadata, ...]) -> "TaskRecord":
+        generation, perplexity = entry.get("generation"), entry.get("perplexity")
+        return cls(
+            name=name, kind=entry["kind"], config=TaskConfig(**entry["task_config"]),
+            num_instances=entry["num_instances"], primary_metric=entry["primary_metric"],
+            metrics={k: MetricSummary(**m) for k, m in entry["metrics"].items()},
+            processing_time=entry["processing_time"], warnings=tuple(entry["warnings"]),
+            generation=None if generation is None else GenerationSettings.from_dict(generation),
+            perplexity=None if perplexity is None else PerplexityTotals(**perplexity),
+            records=records, sidecar=sidecar)
+
+
+# ---- headline scores (metrics.json `primary_scores`) -------------------------------------
+
+SUITE_AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs")
+
+
+@dataclass(frozen=True)
+class SpecScore:
+    """The headline entry of a requested spec: a task's primary metric, or a suite's
+    declared aggregation (`score`) with its other aggregations and its members' scores."""
+
+    metric: str                     # the primary metric ("mixed" for a suite of several)
+    score: Optional[float]          # None: a suite without an overall score
+    stderr: Optional[float]
+    num_instances: int
+    aggregation: Optional[str] = None    # suites (and members that are suites): which aggregation `score` is
+    #: suites: each declared aggregation and its `<name>_stderr` (rrgs: `rrgs_subjects`)
+    aggregations: Mapping[str, Optional[float]] = field(default_factory=dict)
+    num_tasks: Optional[int] = None      # suites: leaf tasks
+    members: Mapping[str, "SpecScore"] = field(default_factory=dict)   # suites: each direct member
+    is_suite: bool = False
+
+    def to_dict(self) -> dict[str, JSON]:
+        if not self.is_suite:
+            return {"metric": self.metric, "score": self.score, "stderr": self.stderr,
+                    "num_instances": self.num_instances}
+        return {"metric": self.metric, "aggregation": self.aggregation, **self.aggregations,
+                "score": self.score, "stderr": self.stderr, "num_instances": self.num_instances,
+                "num_tasks": self.num_tasks,
+                "members": {name: m.member_dict() for name, m in self.members.items()}}
+
+    def member_dict(self) -> dict[str, JSON]:
+        return {"metric": self.metric, "aggregation": self.aggregation, "score": self.score,
+                "stderr": self.stderr, "num_instances": self.num_instances}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, JSON]) -> "SpecScore":
+        if "members" not in entry:
+            return cls(entry["metric"], finite(entry["score"]), finite(entry["stderr"]), entry["num_instances"],
+                       aggregation=entry.get("aggregation"))
+        known = {"metric", "aggregation", "score", "stderr", "num_instances", "num_tasks", "members"}
+        return cls(entry["metric"], finite(entry["score"]), finite(entry["stderr"]), entry["num_instances"],
+                   aggregation=entry["aggregation"],
+                   aggregations={k: finite(v) for k, v in entry.items() if k not in known},
+                   num_tasks=entry["num_tasks"],
+                   members={k: cls.from_dict(m) for k, m in entry["members"].items()}, is_suite=True)
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """The model and how it ran (metrics.json `model_config`)."""
+
+    backend: str                    # hf, llamacpp, openai, vllm
+    model: str                      # as given: hub id, path, alias, or "<loaded ClassName>"
+    fingerprint: str                # the cache's identity of weights, dtype, device, max_length
+    dtype: str
+    device: str
+    max_length: int
+    batch_size: Union[int, str]
+    deterministic: bool
+    seed: int
+    backend_config: Mapping[str, JSON] = field(default_factory=dict)   # the backend's own settings
+
+    def to_dict(self) -> dict[str, JSON]:
+        out = asdict(self)
+        del out["backend_config"]
+        return {"backend": self.backend, **self.backend_config, **out}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, JSON]) -> "ModelRecord":
+        names = {f.name for f in fields(cls)} - {"backend_config"}
+        return cls(**{k: entry[k] for k in names},
+                   backend_config={k: v for k, v in entry.items() if k not in names})
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the run was asked (metrics.json `run_config`)."""
+
+    tasks: tuple[str, ...]          # the specs as requested
+    limit: Optional[int]            # --limit
+    data_dir: Optional[str]
+    world_size: int = 1
+    include: tuple[str, ...] = ()   # task files and modules loaded with --include
+
+
+@dataclass(frozen=True)
+class Timing:
+    started: str                    # ISO 8601, UTC
+    finished: str
+    total_seconds: float
+    data_seconds: float             # reading data and building every request
+    model_load_seconds: float
+    evaluation_seconds: float
+    #: from the start to the first scored batch stored (None: everything came from the cache)
+    time_to_first_batch_seconds: Optional[float]
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """The engine's counters over all ranks, and the throughput they give."""
+
+    stats: EngineStats
+    tokens_per_second: Optional[float]
+    generated_tokens_per_second: Optional[float]
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {**asdict(self.stats), "tokens_per_second": self.tokens_per_second,
+                "generated_tokens_per_second": self.generated_tokens_per_second}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, JSON]) -> "EngineRecord":
+        names = {f.name for f in fields(EngineStats)}
+        return cls(EngineStats(**{k: entry[k] for k in names}), entry["tokens_per_second"],
+                   entry["generated_tokens_per_second"])
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """A whole run: what `proctor.evaluate` returns, `write` stores and `proctor.read_run` reads."""
+
+    primary_scores: Mapping[str, SpecScore]    # each requested spec, in request order
+    tasks: Mapping[str, TaskRecord]            # each leaf task, in first-requested order
+    model: ModelRecord
+    run_config: RunConfig
+    versions: Mapping[str, Optional[str]]      # python, proctor, torch, transformers, ...
+    git: Mapping[str, JSON]                    # the commit of proctor's code and whether it was dirty
+    command: tuple[str, ...]                   # the command line (credentials redacted); () from Python
+    warnings: tuple[str, ...]
+    timing: Timing
+    engine: EngineRecord
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def scores(self) -> dict[str, Optional[float]]:
+        """The headline score of each requested spec."""
+        return {spec: s.score for spec, s in self.primary_scores.items()}
+
+    def metrics_json(self) -> dict[str, JSON]:
+        return {
+            "format_version": self.format_version,
+            "primary_scores": {k: s.to_dict() for k, s in self.primary_scores.items()},
+            "tasks": {name: t.summary() for name, t in self.tasks.items()},
+            "model_config": self.model.to_dict(),
+            "run_config": {**asdict(self.run_config), "tasks": list(self.run_config.tasks),
+                           "include": list(self.run_config.include)},
+            "versions": dict(self.versions),
+            "git": dict(self.git),
+            "command": list(self.command),
+            "warnings": list(self.warnings),
+            "timing": asdict(self.timing),
+            "engine": self.engine.to_dict(),
+        }
+
+    def write(self, directory: Any, *, overwrite: bool = False) -> None:
+        """Write the run directory (atomically: assembled beside it, then moved into place).
+
+        `directory` must be new, empty, or (with `overwrite`) an earlier proctor run."""
+        from pathlib import Path
+
+        from proctor.outputs.run_dir import write_run_directory
+
+        write_run_directory(Path(directory), self, overwrite=overwrite)

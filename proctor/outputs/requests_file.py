@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, is_dataclass
 from typing import Any, Iterator, Sequence
 
 
 def _request_fields(req: Any) -> dict:
     """A request's own fields: context and continuation, or a Generate's context and settings."""
     return {k: v for k, v in req.to_dict().items() if k != "request_type"}
-
-
-def _gold(inst: Any) -> Any:
-    """Choice instances carry a gold index (`label`), generation instances a gold `target`."""
-    if hasattr(inst, "label"):
-        return inst.label
-    target = inst.target
-    return asdict(target) if is_dataclass(target) and not isinstance(target, type) else target
 
 
 def request_rows(instances: Sequence[Any]) -> Iterator[dict]:
@@ -31,6 +22,6 @@ def request_rows(instances: Sequence[Any]) -> Iterator[dict]:
                     "uncond": uncond,
                     "idx": idx,
                     "request": _request_fields(req),
-                    "label": _gold(inst),
+                    "label": inst.gold,
                     "request_key": req.key,
                 }

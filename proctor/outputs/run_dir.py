@@ -1,15 +1,29 @@
-"""The run directory: metrics.json, per-task predictions/requests, and the metadata sidecar."""
+"""The run directory: written from a `RunRecord` and read back into one (`read_run`).
+
+Every shape is defined in `proctor.outputs.records`; this module only lays the files out
+and parses them back, refusing a directory it cannot read as one clear UserError.
+"""
 
 from __future__ import annotations
 
 import io
 import json
 import math
+from collections import defaultdict
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text
-from proctor.outputs.records import QueryMetadata
+from proctor.errors import UserError
+from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text, staged_directory
+from proctor.outputs.records import (
+    FORMAT_VERSION, RECORD_READERS, SIDECAR_COLUMNS, EngineRecord, ModelRecord, QueryMetadata, RunConfig,
+    RunRecord, SpecScore, TaskRecord, Timing,
+)
+from proctor.outputs.requests_file import request_rows
+
+METRICS = "metrics.json"
+SIDECAR_JSONL = "query_metadata.jsonl"
+SIDECAR_PARQUET = "query_metadata.parquet"
 
 
 def task_dir_name(task_name: str) -> str:
@@ -17,7 +31,7 @@ def task_dir_name(task_name: str) -> str:
     return task_name.replace("::", "-").replace(":", "-")
 
 
-def _clean(value):
+def _clean(value: Any) -> Any:
     """JSON has no NaN: write it as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -45,40 +59,91 @@ def write_sidecar(directory: Path, rows: Sequence[QueryMetadata]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema(
-        [
-            ("query_id", pa.string()),
-            ("benchmark", pa.string()),
-            ("subject", pa.string()),
-            ("reasoning_type", pa.string()),
-            ("is_correct", pa.bool_()),
-            ("predicted_answer", pa.string()),
-            ("correct_answer", pa.string()),
-            ("task", pa.string()),
-            ("doc_id", pa.int64()),
-        ]
-    )
+    schema = pa.schema([(name, pa.type_for_alias(kind)) for name, kind in SIDECAR_COLUMNS])
     dicts = [r.to_dict() for r in rows]
-    table = pa.Table.from_pylist(dicts, schema=schema)
     buffer = io.BytesIO()
-    pq.write_table(table, buffer)
-    atomic_write_bytes(directory / "query_metadata.parquet", buffer.getvalue())
-    write_jsonl(directory / "query_metadata.jsonl", dicts)
+    pq.write_table(pa.Table.from_pylist(dicts, schema=schema), buffer)
+    atomic_write_bytes(directory / SIDECAR_PARQUET, buffer.getvalue())
+    write_jsonl(directory / SIDECAR_JSONL, dicts)
 
 
-def write_task_files(directory: Path, run, save_requests: bool) -> None:
-    """`<task>/predictions.jsonl` (and `requests.jsonl` on request) for one scored TaskRun."""
-    from proctor.outputs.requests_file import request_rows
+def write_run_directory(final: Path, record: RunRecord, *, overwrite: bool = False, option: str = "output",
+                        requests: Optional[Mapping[str, Sequence[Any]]] = None) -> None:
+    """Assemble the run directory beside `final` and move it into place whole; with
+    `requests` (task name -> its instances) also each task's requests.jsonl.
+    metrics.json is written last, as the mark of a whole run."""
+    with staged_directory(final, overwrite=overwrite, option=option) as stage:
+        for name, task in record.tasks.items():
+            task_dir = stage / task_dir_name(name)
+            write_jsonl(task_dir / "predictions.jsonl", (r.to_dict() for r in task.records))
+            if requests is not None:
+                write_jsonl(task_dir / "requests.jsonl", request_rows(requests[name]))
+        write_sidecar(stage, [row for task in record.tasks.values() for row in task.sidecar])
+        write_json(stage / METRICS, record.metrics_json())
 
-    task_dir = directory / task_dir_name(run.config.name)
-    write_jsonl(task_dir / "predictions.jsonl", (p.to_dict() for p in run.predictions))
-    if save_requests:
-        write_jsonl(task_dir / "requests.jsonl", request_rows(run.instances))
+
+# ---- reading -------------------------------------------------------------------------------
 
 
-def write_run(directory: Path, runs: Sequence, metrics: dict, save_requests: bool) -> None:
-    """Fill a (staged) run directory; metrics.json is written last, as the mark of a whole run."""
-    for run in runs:
-        write_task_files(directory, run, save_requests)
-    write_sidecar(directory, [row for run in runs for row in run.sidecar])
-    write_json(directory / "metrics.json", metrics)
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path.parent} is not a finished run directory (no {path.name})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+
+
+def _load_jsonl(path: Path) -> list[Any]:
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        return [json.loads(line) for line in lines if line.strip()]
+    except FileNotFoundError:
+        raise UserError(f"{path} is missing; the run directory is incomplete") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"cannot read {path}: {e}") from None
+
+
+def read_metrics(directory: Path) -> dict[str, Any]:
+    """A run's metrics.json, its format version checked (UserError otherwise)."""
+    metrics = _load_json(directory / METRICS)
+    version = metrics.get("format_version") if isinstance(metrics, dict) else None
+    if version != FORMAT_VERSION:
+        found = "no format_version (written before proctor's run format was versioned)" if version is None \
+            else f"format_version {version!r}"
+        raise UserError(f"{directory / METRICS} has {found}; this proctor reads format_version "
+                        f"{FORMAT_VERSION}: rerun the evaluation with this version, or read it with the "
+                        f"proctor that wrote it")
+    return metrics
+
+
+def read_run(directory: Union[str, Path]) -> RunRecord:
+    """The RunRecord of a run directory this version of proctor wrote (`RunRecord.write`,
+    `proctor run --output`). UserError for anything else: a missing or unfinished run, an
+    unknown `format_version`, or a file that does not have the shape proctor writes."""
+    directory = Path(directory)
+    metrics = read_metrics(directory)
+    try:
+        sidecar: dict[str, list[QueryMetadata]] = defaultdict(list)
+        for row in _load_jsonl(directory / SIDECAR_JSONL):
+            sidecar[row["task"]].append(QueryMetadata(**row))
+        tasks = {}
+        for name, entry in metrics["tasks"].items():
+            make = RECORD_READERS[entry["kind"]]
+            rows = _load_jsonl(directory / task_dir_name(name) / "predictions.jsonl")
+            tasks[name] = TaskRecord.from_summary(name, entry, tuple(make(r) for r in rows),
+                                                  tuple(sidecar.get(name, ())))
+        run = metrics["run_config"]
+        return RunRecord(
+            primary_scores={k: SpecScore.from_dict(v) for k, v in metrics["primary_scores"].items()},
+            tasks=tasks,
+            model=ModelRecord.from_dict(metrics["model_config"]),
+            run_config=RunConfig(**{**run, "tasks": tuple(run["tasks"]), "include": tuple(run["include"])}),
+            versions=metrics["versions"], git=metrics["git"], command=tuple(metrics["command"]),
+            warnings=tuple(metrics["warnings"]), timing=Timing(**metrics["timing"]),
+            engine=EngineRecord.from_dict(metrics["engine"]), format_version=metrics["format_version"])
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # edited, or another tool's files
+        raise UserError(f"{directory} is not a run directory as proctor writes it ({type(e).__name__}: {e}); "
+                        f"read an unmodified run directory") from None

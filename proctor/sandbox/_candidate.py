@@ -19,7 +19,7 @@ import sys
 try:
     from . import _wire            # imported as part of proctor.sandbox
 except ImportError:
-    import _wire                   # imported by the runner from this directory
+    import _wire  # type: ignore[no-redef]  # imported by the runner from this directory: the same module
 
 
 def _describe(e: BaseException) -> str:
@@ -39,7 +39,7 @@ def _flush() -> None:
             pass
 
 
-def _load(source: str, entry_point: str) -> tuple[object, dict]:
+def _load(source: str, entry_point: str) -> tuple[object, dict | None]:
     """(the entry point, None) or (None, the setup_error message)."""
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:

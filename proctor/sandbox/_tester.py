@@ -20,7 +20,7 @@ import os
 try:
     from . import _wire
 except ImportError:
-    import _wire
+    import _wire  # type: ignore[no-redef]  # imported by the runner from this directory: the same module
 
 
 class _Broken(BaseException):
@@ -32,9 +32,9 @@ class _Link:
 
     def __init__(self, fd: int):
         self.fd = fd
-        self.broken = None          # the first protocol failure, as a detail line
-        self.died = False           # the candidate process went away
-        self.harness_error = None   # the tests passed something the wire cannot carry
+        self.broken: str | None = None          # the first protocol failure, as a detail line
+        self.died = False                       # the candidate process went away
+        self.harness_error: str | None = None   # the tests passed something the wire cannot carry
 
     def fail(self, detail: str, died: bool = False) -> None:
         if self.broken is None:

@@ -75,6 +75,8 @@ def _exchange(proc: subprocess.Popen, to_send: bytes, out_fd: int, res_fd: int, 
     pipes close: (output, truncated, record bytes, whether we had to kill it)."""
     out, res, truncated, killed = bytearray(), bytearray(), False, False
     pending = memoryview(to_send)
+    if proc.stdin is None:
+        raise ValueError("the job's process must be started with stdin=PIPE")
     in_fd = proc.stdin.fileno()
     os.set_blocking(in_fd, False)
     sel = selectors.DefaultSelector()
@@ -173,7 +175,8 @@ def _run(mode: str, source: str, entry_point: Optional[str], trusted: Optional[d
                 out, truncated, raw, killed = _exchange(proc, to_send, out_r, res_r, deadline,
                                                         limits.output_bytes)
             finally:
-                proc.stdin.close()   # the runner's lifeline: a run still going ends now
+                if proc.stdin is not None:   # always: started with stdin=PIPE
+                    proc.stdin.close()       # the runner's lifeline: a run still going ends now
             returncode = proc.wait()
         finally:
             os.close(out_r)

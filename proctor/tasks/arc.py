@@ -27,7 +27,7 @@ class ARCTask(ChoiceTask):
         return load_split(DATASET, self.config.dataset_name, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        return load_fewshot(self.config.fewshot_source, self.config.num_shots, data_dir)
+        return load_fewshot(self.config.needs("fewshot_source"), self.config.num_shots, data_dir)
 
     def native_id(self, row: dict, index: int) -> Any:
         return row["id"]
@@ -55,7 +55,7 @@ def configs() -> dict[str, TaskConfig]:
             name = f"{task}:{fmt}::{variant}"
             out[name] = TaskConfig(name=name, benchmark=task, dataset_path=DATASET,
                                    dataset_name=config_name, split=split, num_shots=5,
-                                   primary_metric=metric, limit=limit,
+                                   primary_metric=metric, sample_limit=limit,
                                    fewshot_source=f"OLMES:{config_name}")
     return out
 

@@ -9,29 +9,38 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple, Optional
+from typing import Any, ClassVar, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from proctor.errors import UserError, check_positive_int
-from proctor.requests import Loglikelihood
+from proctor.metrics import Stat
+from proctor.outputs.records import (
+    GenerationSettings, PerplexityTotals, QueryMetadata, Record, TaskKind,
+)
+from proctor.requests import Loglikelihood, Request
+from proctor.tasks.config import TaskConfig
+
+__all__ = ["Instance", "Scored", "Task", "TaskConfig", "Work", "about", "assign_query_ids",
+           "check_limit", "number_docs", "sidecar_row", "spec_sample"]
 
 
-@dataclass(frozen=True)
-class TaskConfig:
-    """Everything that defines a task spec's protocol (recorded in metrics.json)."""
+class Work(Protocol):
+    """What every family's instance is: one document, keyed by `query_id`, and its requests."""
 
-    name: str                       # full spec, e.g. "mmlu_abstract_algebra:mc::olmes"
-    benchmark: str                  # sidecar `benchmark` column, e.g. "mmlu_stem", "socialiqa"
-    dataset_path: str               # hub dataset id, e.g. "cais/mmlu"
-    dataset_name: Optional[str]     # hub config, e.g. "abstract_algebra"
-    split: str                      # "test", "validation", or "all"
-    num_shots: int
-    primary_metric: str             # "acc_raw", "acc_per_char", "acc_uncond", ...
-    limit: Optional[float] = None   # the spec's own sampling limit (seed 1234), not --limit
-    fewshot_source: Optional[str] = None
-    subject: Optional[str] = None   # MMLU subject
-    # Examples the prompt really holds when that differs from num_shots: TruthfulQA's
-    # lm-eval format is "0-shot" with a fixed 6-example QA primer in every prompt.
-    effective_shots: Optional[int] = None
+    @property
+    def query_id(self) -> str: ...
+    @property
+    def doc_id(self) -> int: ...
+    @property
+    def native_id(self) -> Any: ...
+    @property
+    def metadata(self) -> dict: ...
+    @property
+    def requests(self) -> tuple[Request, ...]: ...
+    @property
+    def uncond_requests(self) -> tuple[Request, ...]: ...
+    @property
+    def gold(self) -> Any:
+        """The gold answer as requests.jsonl records it (JSON)."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,10 @@ class Instance:
         if self.uncond_context is None:
             return ()
         return tuple(Loglikelihood(self.uncond_context, c) for c in self.continuations)
+
+    @property
+    def gold(self) -> int:
+        return self.label
 
 
 def spec_sample(docs: list, limit: Optional[float]) -> list:
@@ -123,8 +136,39 @@ def number_docs(task_name: str, docs: list[dict], limit: Optional[int]) -> list[
     return [NumberedDoc(i, doc, qid) for i, (doc, qid) in enumerate(zip(docs[:limit], qids))]
 
 
+@dataclass
+class Scored:
+    """A task's documents scored: one record and one sidecar row each, and the aggregates."""
+
+    records: Sequence[Record]
+    sidecar: Sequence[QueryMetadata]
+    metrics: dict[str, Stat]          # metric name -> its sufficient statistics
+    generation: Optional[GenerationSettings] = None
+    perplexity: Optional[PerplexityTotals] = None
+
+
+def sidecar_row(config: TaskConfig, inst: Work, *, is_correct: Optional[bool], predicted_answer: Optional[str],
+                correct_answer: Optional[str]) -> QueryMetadata:
+    """A document's row of the query metadata sidecar."""
+    return QueryMetadata(
+        query_id=inst.query_id,
+        benchmark=inst.metadata.get("benchmark", config.benchmark),
+        subject=inst.metadata.get("subject"),
+        reasoning_type=inst.metadata.get("reasoning_type"),
+        is_correct=None if is_correct is None else bool(is_correct),
+        predicted_answer=predicted_answer,
+        correct_answer=correct_answer,
+        task=config.name,
+        doc_id=inst.doc_id,
+    )
+
+
 class Task(ABC):
-    """A task family module subclasses this; it knows where its data is and how a row reads."""
+    """A task family module subclasses this; it knows where its data is, how a row reads,
+    and how its documents' responses score (`score_docs`)."""
+
+    #: which record type its documents get (`proctor.outputs.records.RECORD_READERS`)
+    kind: ClassVar[TaskKind]
 
     def __init__(self, config: TaskConfig):
         self.config = config
@@ -167,9 +211,19 @@ class Task(ABC):
         return number_docs(self.config.name, self.docs(data_dir), limit)
 
     @abstractmethod
-    def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+    def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> Sequence[Work]:
         """Instances for the first `limit` docs of `docs()`; query ids computed over all docs.
 
         Every data error is a UserError raised here (`proctor.evaluate.plan` builds the
         instances before any model loads), naming the spec (`about`).
         """
+
+    @abstractmethod
+    def score_docs(self, instances: Sequence[Any], results: Mapping[str, Any]) -> Scored:
+        """Each instance's record and sidecar row from the results of its requests (by
+        request key: each family reads its own result type, `proctor.requests.Result`), and
+        the task's aggregates. Pure for every family but code execution."""
+
+    def preflight(self, allow_unsafe_exec: bool) -> None:  # noqa: B027  (most tasks refuse nothing)
+        """Refuse now, before any model loads, what scoring would refuse after the model work
+        (HumanEval: a sandbox that cannot cut off the network, without `allow_unsafe_exec`)."""

@@ -32,6 +32,7 @@ from proctor.metrics.answers import BBH_ANSWER, exact_match, regex_extract
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.counts import BBH_TEST
+from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.prompts import fewshot_prefix
 
@@ -117,10 +118,9 @@ class BBHTask(GenerationTask):
             predicted_answer=answer,
             correct_answer=instance.target,
             is_correct=ok,
-            model_output=[{"text": s.text, "num_tokens": s.num_tokens,
-                           "finish_reason": s.finish_reason,
-                           "extracted": regex_extract(s.text, BBH_ANSWER)}
-                          for s in result.samples],
+            model_output=tuple(SampleOutput(s.text, s.num_tokens, s.finish_reason,
+                                            {"extracted": regex_extract(s.text, BBH_ANSWER)})
+                               for s in result.samples),
         )
 
 

@@ -1,8 +1,11 @@
-"""The shape every OLMES multiple-choice family shares: rows → docs → instances.
+"""Multiple-choice tasks: rows → docs → instances, and their scoring by log-likelihood.
 
-A family module only says where its rows are and how one row reads (`render`); this
-class does the protocol: split order, seeded sampling, query ids, few-shot prefix,
-MC/RC continuations and the unconditioned context.
+`RankedChoiceTask` scores any task whose instances are `Instance`s (OLMES's and lm-eval's
+alike): each choice's log-likelihood and normalisations, the per-document predictions
+and accuracies, and their means. `ChoiceTask` is the shape every OLMES family shares: a
+family module only says where its rows are and how one row reads (`render`); the class
+does the protocol: split order, seeded sampling, query ids, few-shot prefix, MC/RC
+continuations and the unconditioned context.
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 from proctor.errors import UserError
-from proctor.tasks.base import Instance, Task, about, assign_query_ids, check_limit, spec_sample
+from proctor.metrics import ChoiceScore, aggregate_docs, choice_score, score_multiple_choice
+from proctor.outputs.records import ChoiceOutput, ChoiceRecord
+from proctor.requests import LoglikelihoodResult
+from proctor.tasks.base import Instance, Scored, Task, about, assign_query_ids, check_limit, sidecar_row, spec_sample
 from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, shot_block
 from proctor.tasks.spec import spec_format
 
@@ -30,8 +36,46 @@ class Rendered:
     gold: int
 
 
-class ChoiceTask(Task):
-    """Loglikelihood ranking over answer options, MC (letters) or RC (answer texts)."""
+#: the per-document metrics a choice task averages (those its documents have)
+DOC_METRICS = ("acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond", "acc_norm", "mc2")
+
+
+class RankedChoiceTask(Task):
+    """Answer choices ranked by their log-likelihood; the instances are `Instance`s."""
+
+    kind = "choice"
+
+    @abstractmethod
+    def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+        """One `Instance` per document (see `Task.instances`)."""
+
+    def extra_metrics(self, inst: Instance, choices: Sequence[ChoiceScore]) -> dict[str, float]:
+        """Per-document metrics beyond OLMES's (lm-eval specs: acc_norm, mc2)."""
+        return {}
+
+    def score_docs(self, instances: Sequence[Instance], results: Mapping[str, LoglikelihoodResult]) -> Scored:
+        primary_kind = self.config.primary_metric.removeprefix("acc_")
+        records, sidecar, doc_metrics = [], [], []
+        for inst in instances:
+            unconds: list[Optional[LoglikelihoodResult]] = [results[r.key] for r in inst.uncond_requests]
+            unconds = unconds or [None] * len(inst.continuations)
+            choices = [choice_score(cont, results[req.key], unc)
+                       for cont, req, unc in zip(inst.continuations, inst.requests, unconds)]
+            metrics = score_multiple_choice(choices, inst.label)
+            metrics.update(self.extra_metrics(inst, choices))
+            doc_metrics.append(metrics)
+            predicted = metrics[f"predicted_index_{primary_kind}"]
+            records.append(ChoiceRecord(
+                query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id, metrics=metrics,
+                model_output=tuple(ChoiceOutput(**c.to_dict()) for c in choices), label=inst.label))
+            sidecar.append(sidecar_row(
+                self.config, inst, is_correct=metrics.get("is_correct", predicted == inst.label),
+                predicted_answer=inst.choices[predicted], correct_answer=inst.choices[inst.label]))
+        return Scored(records, sidecar, dict(aggregate_docs(doc_metrics, DOC_METRICS)))
+
+
+class ChoiceTask(RankedChoiceTask):
+    """OLMES loglikelihood ranking over answer options, MC (letters) or RC (answer texts)."""
 
     #: labelled splits this family has, a subset of ALL_SPLITS_ORDER
     splits: tuple[str, ...] = ("test",)
@@ -67,7 +111,7 @@ class ChoiceTask(Task):
         """Rows of the eval splits in order, each with `native_id` and `split`, then sampled."""
         docs = [doc for split in self.eval_splits()
                 for doc in self.as_docs(self.split_rows(data_dir, split), split)]
-        return spec_sample(docs, self.config.limit)
+        return spec_sample(docs, self.config.sample_limit)
 
     def query_ids(self, data_dir: Optional[Path]) -> tuple[list[str], int]:
         """Query ids over the full doc list and how many docs repeat an earlier native id."""

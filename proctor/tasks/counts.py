@@ -74,4 +74,4 @@ def official_item_count(config: TaskConfig) -> Optional[int]:
     total = sum(sizes.values()) if config.split == "all" else sizes.get(config.split)
     if total is None:
         return None
-    return total if config.limit is None else min(total, int(config.limit))
+    return total if config.sample_limit is None else min(total, int(config.sample_limit))

@@ -1,19 +1,22 @@
 """The shape of a generation task: rows → one Generate request each → a scored doc.
 
 A family module subclasses `GenerationTask`: it says what one doc asks for (`doc_request`),
-what its gold answer is (`doc_target`) and how one doc's samples score (`score`). Metrics are
-per-doc numbers averaged over docs (pass@k, maj@k and exact match all are).
+what its gold answer is (`doc_target`) and how one doc's samples score (`score`; a family
+that scores all docs at once, like HumanEval's sandbox pool, overrides `score_many`).
+Metrics are per-doc numbers averaged over docs (pass@k, maj@k and exact match all are).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
+from proctor.metrics import aggregate_docs
+from proctor.outputs.records import GenerationRecord, GenerationSettings, SampleOutput
 from proctor.requests import Generate, GenerateResult
-from proctor.tasks.base import Task, about, check_limit
+from proctor.tasks.base import Scored, Task, about, check_limit, sidecar_row
 
 
 @dataclass(frozen=True)
@@ -40,21 +43,28 @@ class GenerationInstance:
     def uncond_requests(self) -> tuple:
         return ()
 
+    @property
+    def gold(self) -> Any:
+        """The target as JSON (a dataclass target, like HumanEval's problem, as its fields)."""
+        target = self.target
+        return asdict(target) if is_dataclass(target) and not isinstance(target, type) else target
+
 
 @dataclass(frozen=True)
 class DocScore:
     """One doc's outcome: its per-doc metrics and what the records show."""
 
-    metrics: dict               # metric name -> float (every doc of a task has the same names)
+    metrics: dict[str, float]   # metric name -> value (every doc of a task has the same names)
     predicted_answer: str       # e.g. the first sample's extracted answer
     correct_answer: str
     is_correct: bool            # by the task's primary metric
-    model_output: list          # one dict per sample (text, num_tokens, finish_reason, extracted, ...)
+    model_output: tuple[SampleOutput, ...]   # one per sample
 
 
 class GenerationTask(Task):
     """A task whose instances are `GenerationInstance`s, scored by `score`."""
 
+    kind = "generation"
     #: metric names `score` returns for every doc; the config's primary metric is one of them
     metric_names: tuple[str, ...] = ()
 
@@ -91,3 +101,28 @@ class GenerationTask(Task):
     @abstractmethod
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
         """Per-doc metrics from the request's samples (pure: no I/O, no model)."""
+
+    def score_many(self, instances: Sequence[GenerationInstance],
+                   results: Sequence[GenerateResult]) -> list[DocScore]:
+        """Every doc's DocScore (doc by doc with `score` unless a family does better)."""
+        return [self.score(inst, res) for inst, res in zip(instances, results)]
+
+    def settings(self, instances: Sequence[GenerationInstance]) -> GenerationSettings:
+        """What the task asks the model for (metrics.json), from its first request."""
+        r = instances[0].request
+        return GenerationSettings(max_gen_toks=r.max_gen_toks, stop=r.stop, do_sample=r.do_sample,
+                                  temperature=r.temperature, top_p=r.top_p, repeats=r.repeats)
+
+    def score_docs(self, instances: Sequence[GenerationInstance],
+                   results: Mapping[str, GenerateResult]) -> Scored:
+        scores = self.score_many(instances, [results[inst.request.key] for inst in instances])
+        records = [GenerationRecord(query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id,
+                                    metrics=score.metrics, model_output=score.model_output,
+                                    label=score.correct_answer)
+                   for inst, score in zip(instances, scores)]
+        sidecar = [sidecar_row(self.config, inst, is_correct=score.is_correct,
+                               predicted_answer=score.predicted_answer, correct_answer=score.correct_answer)
+                   for inst, score in zip(instances, scores)]
+        names = self.metric_names or (tuple(scores[0].metrics) if scores else ())
+        return Scored(records, sidecar, dict(aggregate_docs([s.metrics for s in scores], names)),
+                      generation=self.settings(instances))

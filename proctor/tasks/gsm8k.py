@@ -30,6 +30,7 @@ from proctor.metrics.answers import extract_last_number, gsm8k_gold, gsm8k_match
 from proctor.metrics.samples import sampled_metrics
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
+from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.prompts import fewshot_prefix, make_cloze_prompt, shot_block
 
@@ -102,9 +103,8 @@ class GSM8KTask(GenerationTask):
             predicted_answer=answers[0],
             correct_answer=gold,
             is_correct=correct[0],
-            model_output=[{"text": s.text, "num_tokens": s.num_tokens,
-                           "finish_reason": s.finish_reason, "extracted": a, "correct": ok}
-                          for s, a, ok in zip(samples, answers, correct)],
+            model_output=tuple(SampleOutput(s.text, s.num_tokens, s.finish_reason, {"extracted": a, "correct": ok})
+                               for s, a, ok in zip(samples, answers, correct)),
         )
 
 

@@ -40,7 +40,7 @@ def configs() -> dict[str, TaskConfig]:
     def cfg(name: str, split: str, limit: int) -> TaskConfig:
         return TaskConfig(name=name, benchmark="hellaswag", dataset_path=DATASET,
                           dataset_name=None, split=split, num_shots=5,
-                          primary_metric="acc_per_char", limit=limit, fewshot_source=FEWSHOT)
+                          primary_metric="acc_per_char", sample_limit=limit, fewshot_source=FEWSHOT)
 
     return {"hellaswag:rc::olmes": cfg("hellaswag:rc::olmes", "validation", 1000),
             "hellaswag:rc::xlarge": cfg("hellaswag:rc::xlarge", "all", 10000)}

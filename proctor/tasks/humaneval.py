@@ -35,7 +35,7 @@ where no network isolation is possible; `preflight()` refuses early otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -44,6 +44,7 @@ from proctor.data import load_split
 from proctor.metrics.sampling import pass_at_k
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
+from proctor.outputs.records import GenerationSettings, SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 
 DATASET = "openai/openai_humaneval"
@@ -119,9 +120,14 @@ class HumanEvalTask(GenerationTask):
     def sandbox_info(self) -> sandbox.SandboxInfo:
         return sandbox.detect()
 
-    def preflight(self) -> None:
+    def preflight(self, allow_unsafe_exec: bool) -> None:
         """Refuse before any generation when the sandbox would refuse to run the samples."""
-        sandbox.require(self.sandbox_info(), self.allow_unsafe_exec)
+        self.allow_unsafe_exec = allow_unsafe_exec
+        sandbox.require(self.sandbox_info(), allow_unsafe_exec)
+
+    def settings(self, instances: Sequence[GenerationInstance]) -> GenerationSettings:
+        return replace(super().settings(instances), sandbox=self.sandbox_info().describe(),
+                       allow_unsafe_exec=self.allow_unsafe_exec)
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
         return self.score_many([instance], [result])[0]
@@ -153,11 +159,10 @@ class HumanEvalTask(GenerationTask):
             predicted_answer=first.text,
             correct_answer=instance.target.canonical_solution,
             is_correct=runs[0].passed,
-            model_output=[{"text": s.text, "num_tokens": s.num_tokens,
-                           "finish_reason": s.finish_reason, "passed": r.passed,
-                           "outcome": r.outcome.value, "detail": r.detail,
-                           "exec_time_s": r.elapsed_s, "sandbox": where}
-                          for s, r in zip(result.samples, runs)],
+            model_output=tuple(SampleOutput(s.text, s.num_tokens, s.finish_reason,
+                                            {"passed": r.passed, "outcome": r.outcome.value, "detail": r.detail,
+                                             "exec_time_s": r.elapsed_s, "sandbox": where})
+                               for s, r in zip(result.samples, runs)),
         )
 
 

@@ -60,7 +60,7 @@ class MMLUTask(ChoiceTask):
         return load_split(DATASET, self.config.subject, "dev", data_dir)
 
     def description(self) -> str:
-        subject = self.config.subject.replace("_", " ")
+        subject = self.config.needs("subject").replace("_", " ")
         return f"The following are multiple choice questions (with answers) about {subject}.\n\n"
 
     def render(self, row: dict) -> Rendered:

@@ -9,21 +9,31 @@ are left out of the document list, as the in-loop chunking skips them (they stil
 among the first N read); `doc_id` is a document's position in that list, i.e. the in-loop
 document number (`proctor.inloop.lm`: 0..n-1 over the scored documents, in corpus order).
 
-Scores (proctor.evaluate_perplexity) are corpus totals over the task's documents: bpb =
-total NLL / ln 2 / total UTF-8 bytes (primary) and ce_loss = total NLL / total tokens.
+Per document (predictions.jsonl `metrics`, `DocumentMetrics`): `nll` (nats, = -sum_logits),
+`sum_logits`, `num_tokens` (targets scored), `num_bytes` (UTF-8 bytes of the text) and
+`bits_per_byte`. Task aggregates are corpus totals over the documents (`RatioStat`),
+matching the in-loop C4Metric/PalomaMetric: `bpb` = sum(nll) / ln 2 / sum(bytes) (primary)
+and `ce_loss` = sum(nll) / sum(tokens). A document whose text yields no tokens (possible
+only with an unusual tokenizer: empty texts are not instances) adds neither tokens nor
+bytes, as the in-loop chunking skips it; its `bits_per_byte` is null. Each document has
+its sidecar row, with no answer to be right or wrong about (`is_correct` etc. null).
 There is no Paloma suite: byte-weighted totals across sources are not a mean of members.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from proctor.data import corpora
-from proctor.requests import RollingLoglikelihood
-from proctor.tasks.base import Task, TaskConfig, assign_query_ids, check_limit
+from proctor.metrics import RatioStat
+from proctor.outputs.records import DocumentMetrics, PerplexityRecord, PerplexityTotals, RollingOutput
+from proctor.requests import LoglikelihoodResult, RollingLoglikelihood
+from proctor.tasks.base import Scored, Task, TaskConfig, assign_query_ids, check_limit, sidecar_row
 
+LN2 = math.log(2)
 NUM_SAMPLES = 1000  # documents of the corpus prefix a spec evaluates
 C4_SPEC = "c4_en::bpb"
 PALOMA_SPLIT = "val"
@@ -57,17 +67,46 @@ class DocumentInstance:
         return ()
 
     @property
-    def target(self) -> None:
+    def gold(self) -> None:
         """No gold answer (requests.jsonl writes `label: null`)."""
         return None
+
+
+def document_metrics(text: str, result: LoglikelihoodResult) -> DocumentMetrics:
+    nll = -result.sum_logits
+    num_bytes = len(text.encode("utf-8"))
+    return DocumentMetrics(nll=nll, sum_logits=result.sum_logits, num_tokens=result.num_tokens,
+                           num_bytes=num_bytes, bits_per_byte=nll / LN2 / num_bytes if result.num_tokens else None)
 
 
 class PerplexityTask(Task):
     """Rolling loglikelihood of every document of a corpus prefix."""
 
+    kind = "perplexity"
+
+    def score_docs(self, instances: Sequence[DocumentInstance],
+                   results: Mapping[str, LoglikelihoodResult]) -> Scored:
+        """Each document's record and sidecar row, and the `bpb` / `ce_loss` corpus ratios."""
+        records, sidecar, scored = [], [], []
+        for inst in instances:
+            result = results[inst.request.key]
+            metrics = document_metrics(inst.text, result)
+            records.append(PerplexityRecord(
+                query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id, metrics=metrics,
+                model_output=(RollingOutput(result.sum_logits, result.num_tokens, result.is_greedy),)))
+            sidecar.append(sidecar_row(self.config, inst, is_correct=None, predicted_answer=None,
+                                       correct_answer=None))
+            if result.num_tokens:
+                scored.append(metrics)
+        bpb = RatioStat.of((m.nll / LN2, m.num_bytes) for m in scored)
+        ce = RatioStat.of((m.nll, m.num_tokens) for m in scored)
+        totals = PerplexityTotals(nll=ce.numerator, num_tokens=int(ce.denominator), num_bytes=int(bpb.denominator),
+                                  num_docs_scored=ce.count)
+        return Scored(records, sidecar, {"bpb": bpb, "ce_loss": ce}, perplexity=totals)
+
     def corpus(self, data_dir: Optional[Path]) -> list[corpora.Document]:
-        """The first `config.limit` documents of the corpus split, empty ones included."""
-        num_samples = int(self.config.limit or NUM_SAMPLES)
+        """The first `config.sample_limit` documents of the corpus split, empty ones included."""
+        num_samples = int(self.config.sample_limit or NUM_SAMPLES)
         if self.config.dataset_path == corpora.PALOMA_HUB:
             assert self.config.dataset_name is not None
             return corpora.paloma_documents(self.config.dataset_name, self.config.split, num_samples, data_dir)
@@ -94,9 +133,9 @@ class PerplexityTask(Task):
 
 def configs() -> dict[str, TaskConfig]:
     def cfg(name: str, benchmark: str, dataset: str, subset: str, split: str) -> TaskConfig:
-        # `limit`: the corpus prefix (first N documents, not a seeded sample)
+        # `sample_limit`: the corpus prefix (first N documents, not a seeded sample)
         return TaskConfig(name=name, benchmark=benchmark, dataset_path=dataset, dataset_name=subset,
-                          split=split, num_shots=0, primary_metric="bpb", limit=NUM_SAMPLES)
+                          split=split, num_shots=0, primary_metric="bpb", sample_limit=NUM_SAMPLES)
 
     dataset, subset, split = corpora.C4_HUB
     out = {C4_SPEC: cfg(C4_SPEC, "c4_en", dataset, subset, split)}

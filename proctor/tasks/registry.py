@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+from collections import ChainMap
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional
 
 from proctor.errors import UserError
 from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
@@ -20,7 +21,7 @@ from proctor.tasks.spec import parse_spec
 from proctor.tasks.suite import Suite
 
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
-           "leaf_specs", "task_config", "task_rows"]
+           "leaf_specs", "task_config", "task_rows", "add_task", "added_specs"]
 
 _FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh,
              lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
@@ -70,8 +71,55 @@ def _suites() -> dict[str, Suite]:
     return out
 
 
+# Tasks added at run time (proctor.tasks.plugins: task files, @task classes, entry points),
+# kept apart from the cached built-ins so that adding one needs no cache invalidation.
+_added: dict[str, tuple[type[Task], TaskConfig]] = {}
+_origin: dict[str, str] = {}     # added spec -> the file (or module) that defined it
+_entry_points = "todo"           # the `proctor.tasks` entry points: "todo", "loading", "done"
+
+
+def _table() -> Mapping[str, tuple[type[Task], TaskConfig]]:
+    """Every task spec: built-in, added, and (loaded on first use) those of installed plugins."""
+    global _entry_points
+    if _entry_points == "todo":
+        _entry_points = "loading"  # a plugin that lists tasks while it loads must not recurse
+        from proctor.tasks.plugins import load_entry_points
+        try:
+            load_entry_points()
+        except BaseException:
+            _entry_points = "todo"  # a broken plugin fails every lookup, not only the first
+            raise
+        _entry_points = "done"
+    return ChainMap(_added, _tasks())
+
+
+def builtin_names() -> set[str]:
+    """The built-in task specs and suites."""
+    return set(_tasks()) | set(_suites())
+
+
+def add_task(cls: type[Task], config: TaskConfig, origin: str) -> None:
+    """Register a task spec defined outside the package; `origin` names where (a file path).
+
+    Defining a spec again from the same origin replaces it (including a file twice is fine).
+    """
+    name = config.name
+    if name in builtin_names():
+        raise UserError(f"{origin}: task spec {name!r} is a built-in spec; choose another name")
+    if _origin.get(name, origin) != origin:
+        raise UserError(f"{origin}: task spec {name!r} is already defined by {_origin[name]}; "
+                        "rename one of them")
+    _added[name] = (cls, config)
+    _origin[name] = origin
+
+
+def added_specs(origin: Optional[str] = None) -> list[str]:
+    """Specs added at run time (those of one origin, when given), in the order added."""
+    return [n for n, o in _origin.items() if origin is None or o == origin]
+
+
 def all_specs() -> list[str]:
-    return sorted(_tasks())
+    return sorted(_table())
 
 
 def all_suites() -> list[Suite]:
@@ -83,7 +131,7 @@ def suite(spec: str) -> Optional[Suite]:
 
 
 def _unknown(spec: str) -> UserError:
-    names = list(_tasks()) + list(_suites())
+    names = list(_table()) + list(_suites())
     close = difflib.get_close_matches(spec, names, n=1, cutoff=0.75)
     if not close:  # "socialiqa" or "socialiqa:mc": offer the full specs it starts
         close = sorted(n for n in names if n.startswith(spec + ":"))[:3]
@@ -95,7 +143,7 @@ def leaf_specs(spec: str) -> list[str]:
     """The task specs a spec stands for (a suite expanded recursively, order kept, no repeats)."""
     spec = spec.strip()
     parse_spec(spec)
-    if spec in _tasks():
+    if spec in _table():
         return [spec]
     s = _suites().get(spec)
     if s is None:
@@ -108,16 +156,16 @@ def leaf_specs(spec: str) -> list[str]:
 
 def task_config(spec: str) -> TaskConfig:
     spec = spec.strip()
-    if spec not in _tasks():
+    if spec not in _table():
         raise _unknown(spec)
-    return _tasks()[spec][1]
+    return _table()[spec][1]
 
 
 def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
     """Task objects for a spec (a suite expands to its leaf tasks); optional shots override."""
     tasks = []
     for name in leaf_specs(spec):
-        cls, config = _tasks()[name]
+        cls, config = _table()[name]
         if num_shots is not None:
             if num_shots < 0:
                 raise UserError(f"--num-shots must be >= 0, got {num_shots}")
@@ -127,10 +175,17 @@ def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
 
 
 def _count(config: TaskConfig, data_dir: Optional[Path]) -> tuple[Optional[int], str]:
-    if data_dir is not None:
-        cls, _ = _tasks()[config.name]
+    """Docs of a spec: counted from the data directory when it holds them, else the official
+    size (None where none is known; the table shows "—")."""
+    task = _table()[config.name][0](config)
+    item_count = getattr(task, "item_count", None)  # a task may count its own rows (task files do)
+    if item_count is not None:
+        n = item_count(data_dir)
+        if n is not None:
+            return n, "data"
+    elif data_dir is not None:
         try:
-            return len(cls(config).docs(data_dir)), "data"
+            return len(task.docs(data_dir)), "data"
         except UserError:
             pass  # e.g. hellaswag train is not stored locally: fall back to the official size
     return official_item_count(config), "official"
@@ -152,22 +207,23 @@ def _matches(name: str, pattern: Optional[str]) -> bool:
 def task_rows(pattern: Optional[str] = None, data_dir: Optional[Path] = None) -> list[TaskRow]:
     """Rows for `proctor tasks [pattern]`: suites first, then tasks, each sorted by name.
 
-    `pattern` is a glob when it has *, ? or [, else a substring.
+    `pattern` is a glob when it has *, ? or [, else a substring; one that matches nothing is
+    a UserError.
     """
     counts: dict[str, tuple[Optional[int], str]] = {}
 
     def count(name: str) -> tuple[Optional[int], str]:
         if name not in counts:
-            counts[name] = _count(_tasks()[name][1], data_dir)
+            counts[name] = _count(_table()[name][1], data_dir)
         return counts[name]
 
     rows = []
     for s in all_suites():
         if not _matches(s.name, pattern):
             continue
-        leaves = [_tasks()[n][1] for n in leaf_specs(s.name)]
+        leaves = [_table()[n][1] for n in leaf_specs(s.name)]
         items = [count(c.name) for c in leaves]
-        total = None if any(n is None for n, _ in items) else sum(n for n, _ in items)
+        total = None if any(n is None for n, _ in items) else sum(n or 0 for n, _ in items)
         source = "data" if all(src == "data" for _, src in items) else "official"
         splits = {c.split for c in leaves}
         shots = {_shots(c) for c in leaves}
@@ -181,8 +237,13 @@ def task_rows(pattern: Optional[str] = None, data_dir: Optional[Path] = None) ->
     for name in all_specs():
         if not _matches(name, pattern):
             continue
-        config = _tasks()[name][1]
+        config = _table()[name][1]
         n, source = count(name)
         rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=_shots(config),
                             primary_metric=config.primary_metric, items=n, items_source=source))
+    if not rows:
+        names = list(_table()) + list(_suites())
+        close = difflib.get_close_matches(pattern or "", names, n=2, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise UserError(f"no task spec matches {pattern!r}; {hint}`proctor tasks` with no pattern lists all")
     return rows

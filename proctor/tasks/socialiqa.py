@@ -43,7 +43,7 @@ class SocialIQATask(ChoiceTask):
 def configs() -> dict[str, TaskConfig]:
     def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
         return TaskConfig(name=name, benchmark="socialiqa", dataset_path=DATASET, dataset_name=None,
-                          split=split, num_shots=5, primary_metric=metric, limit=limit,
+                          split=split, num_shots=5, primary_metric=metric, sample_limit=limit,
                           fewshot_source=FEWSHOT)
 
     return {

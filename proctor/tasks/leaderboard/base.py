@@ -13,17 +13,20 @@ from __future__ import annotations
 import random
 from abc import abstractmethod
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from proctor.errors import UserError
-from proctor.tasks.base import Instance, Task, about, check_limit, number_docs
+from proctor.metrics import ChoiceScore
+from proctor.metrics.harness import lm_eval_choice_metrics
+from proctor.tasks.base import Instance, about, check_limit, number_docs
+from proctor.tasks.choice import RankedChoiceTask
 from proctor.tasks.leaderboard.fewshot import FEWSHOT_SEED, first_n, sample_random
 
 TARGET_DELIMITER = " "
 FEWSHOT_DELIMITER = "\n\n"
 
 
-class HarnessTask(Task):
+class HarnessTask(RankedChoiceTask):
     """lm-eval `output_type: multiple_choice` with its default delimiters."""
 
     #: lm-eval's fewshot_config.sampler: "default" (seeded random draws) or "first_n"
@@ -31,6 +34,11 @@ class HarnessTask(Task):
     #: lm-eval hands the eval doc to the sampler (to be excluded) when its few-shot split
     #: equals its test split; for HellaSwag both are None
     excludes_eval_doc: bool = False
+
+    def extra_metrics(self, inst: Instance, choices: Sequence[ChoiceScore]) -> dict[str, float]:
+        """lm-eval's acc_norm (and TruthfulQA's mc2, for documents with a set of true answers)."""
+        return lm_eval_choice_metrics([c.sum_logits for c in choices], inst.choices, inst.label,
+                                      inst.metadata.get("true_choices"))
 
     # ---- what a family provides -------------------------------------------------
 
@@ -106,6 +114,6 @@ class HarnessTask(Task):
                 choices=tuple(options),
                 continuations=tuple(TARGET_DELIMITER + c for c in options),
                 label=gold,
-                metadata={**self.doc_metadata(doc), "scoring": "lm_eval"},
+                metadata=self.doc_metadata(doc),
             ))
         return out

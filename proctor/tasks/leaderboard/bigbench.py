@@ -45,7 +45,7 @@ class BigBenchLeaderboardTask(HarnessTask):
 
     @property
     def template(self) -> str:
-        return TASKS[self.config.subject][1]
+        return TASKS[self.config.needs("subject")][1]
 
     def rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
         rows = load_split(DATASET, self.config.dataset_name, split, data_dir)

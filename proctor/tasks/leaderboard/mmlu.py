@@ -41,7 +41,7 @@ class MMLULeaderboardTask(HarnessTask):
         return load_split(DATASET, self.config.subject, split, data_dir)
 
     def description(self) -> str:
-        subject = self.config.subject.replace("_", " ")
+        subject = self.config.needs("subject").replace("_", " ")
         return f"The following are multiple choice questions (with answers) about {subject}.\n\n"
 
     def text(self, row: dict) -> str:

@@ -1,0 +1,4 @@
+"""Defaults the CLI and the library share (kept import-free: the CLI starts fast)."""
+
+DEFAULT_MODEL = "smollm2-135m"
+DEFAULT_MAX_LENGTH = 2048
