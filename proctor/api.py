@@ -147,8 +147,10 @@ def evaluate(
         vllm_for_mc=vllm_for_mc, tensor_parallel_size=tensor_parallel_size,
         gpu_memory_utilization=gpu_memory_utilization)
     given = _model(model, options)
-    if given.backend is None:  # a loaded model's tokenizer is its own business
-        check_backend_options(given.options if given.loaded is None else replace(given.options, tokenizer=None))
+    if given.loaded is not None:  # its tokenizer is its own business, and it needs no finding
+        check_backend_options(replace(given.options, tokenizer=None), locate_model=False)
+    elif given.backend is None:
+        check_backend_options(given.options)
     result_cache = ResultCache(_cache_path()) if cache else None
     evaluation = plan(specs, data, limit)
     evaluation.preflight(allow_unsafe_exec)  # a refusal costs no model load
@@ -184,7 +186,8 @@ def evaluate(
         primary_scores=primary_scores(evaluation, scored),
         tasks=scored.tasks,
         model=ModelRecord(
-            backend=given.options.backend, model=given.name, fingerprint=model_backend.fingerprint,
+            backend=given.options.backend if given.backend is None else type(given.backend).__name__,
+            model=given.name, fingerprint=model_backend.fingerprint,
             dtype=str(model_backend.dtype).removeprefix("torch."), device=str(model_backend.device),
             max_length=max_length, batch_size=batch, deterministic=deterministic, seed=seed,
             backend_config={k: v for k, v in backend_record(model_backend, given.options).items() if k != "backend"}),

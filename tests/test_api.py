@@ -64,6 +64,16 @@ def test_a_loaded_models_identity_is_its_weights_not_the_object(tiny, data_dir, 
     assert changed.model.fingerprint != run.model.fingerprint and changed.engine.stats.cached == 0
 
 
+def test_a_loaded_model_needs_no_model_files_found(tiny, data_dir, cache_dir, monkeypatch):
+    def nowhere(model):
+        raise AssertionError(f"looked for {model}")
+
+    monkeypatch.setattr("proctor.backends.models.check_available", nowhere)
+    model, tokenizer = loaded(tiny)
+    run = proctor.evaluate(model, tokenizer=tokenizer, tasks=[MC], limit=1, data_dir=data_dir, progress=False)
+    assert run.model.backend == "hf" and len(run.tasks[MC].records) == 1
+
+
 def test_the_tokenizer_saved_beside_the_weights_is_found(tiny, data_dir, cache_dir):
     model, _ = loaded(tiny)   # name_or_path is the directory, which holds the tokenizer
     run = proctor.evaluate(model, tasks=[MC], limit=1, data_dir=data_dir, progress=False, cache=False)

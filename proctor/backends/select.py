@@ -38,9 +38,10 @@ def _refuse(options: BackendOptions, **given: Any) -> None:
             raise UserError(f"--{flag.replace('_', '-')} does not apply to --backend {options.backend}")
 
 
-def check_backend_options(options: BackendOptions) -> None:
+def check_backend_options(options: BackendOptions, *, locate_model: bool = True) -> None:
     """Everything about the backend options that can be checked without loading anything
-    heavy: options of another backend, the device, where the model is, vLLM's fractions."""
+    heavy: options of another backend, the device, where the model is (unless the caller
+    holds the model already: `locate_model=False`), vLLM's fractions."""
     o = options
     if o.backend not in BACKENDS:
         raise UserError(f"unknown backend {o.backend!r}; choose from {', '.join(BACKENDS)}")
@@ -61,6 +62,8 @@ def check_backend_options(options: BackendOptions) -> None:
         from proctor.backends.hf import resolve_device
 
         resolve_device(o.device)
+    if not locate_model:
+        return
     if o.backend in ("hf", "vllm"):
         from proctor.backends.models import check_available
 

@@ -16,6 +16,7 @@ A run directory (`RunRecord.write`, read back by `proctor.read_run`) holds
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -490,7 +491,7 @@ class RunRecord:
             "engine": self.engine.to_dict(),
         }
 
-    def write(self, directory: Any, *, overwrite: bool = False) -> None:
+    def write(self, directory: Union[str, "os.PathLike[str]"], *, overwrite: bool = False) -> None:
         """Write the run directory (atomically: assembled beside it, then moved into place).
 
         `directory` must be new, empty, or (with `overwrite`) an earlier proctor run."""
