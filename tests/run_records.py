@@ -6,7 +6,7 @@ from typing import Sequence
 
 from proctor.engine.stats import EngineStats
 from proctor.outputs.records import (
-    ChoiceOutput, ChoiceRecord, EngineRecord, GenerationRecord, MetricSummary, ModelRecord, QueryMetadata, RunConfig, RunRecord,
+    ChoiceMetrics, ChoiceOutput, ChoiceRecord, EngineRecord, GenerationRecord, MetricSummary, ModelRecord, QueryMetadata, RunConfig, RunRecord,
     SampleOutput, SpecScore, TaskRecord, Timing,
 )
 from proctor.tasks.registry import task_config
@@ -14,8 +14,10 @@ from proctor.tasks.registry import task_config
 
 def choice_record(spec: str, i: int, predicted: int, logits: Sequence[float], label: int = 0) -> ChoiceRecord:
     outputs = tuple(ChoiceOutput(v, 1, 2, 2, False, v, v / 2, -v / 2) for v in logits)
-    return ChoiceRecord(f"{spec}#{i}", i, i, {"predicted_index_raw": predicted, "acc_raw": float(predicted == label)},
-                        outputs, label)
+    acc = float(predicted == label)
+    metrics = ChoiceMetrics(predicted, predicted, predicted, predicted, label, acc, acc, acc, acc,
+                            logits[label], logits[label], logits[label] / 2, -logits[label] / 2)
+    return ChoiceRecord(f"{spec}#{i}", i, i, metrics, outputs, label)
 
 
 def generation_record(spec: str, i: int, text: str, correct: bool) -> GenerationRecord:

@@ -105,7 +105,7 @@ def test_mmlu_mc_matches_the_hf_backend(llama, hf, data_dir):
               for a, b in zip(p.model_output, q.model_output)]
     assert len(deltas) == 20 and max(deltas) < MAX_DELTA
     assert sum(deltas) / len(deltas) < 0.1
-    same = sum(p.metrics["predicted_index_raw"] == q.metrics["predicted_index_raw"]
+    same = sum(p.metrics.predicted_index_raw == q.metrics.predicted_index_raw
                for p, q in zip(ours.records, theirs.records))
     assert same >= 3  # near-ties flip (measured: 3 of 5)
 

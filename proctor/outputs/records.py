@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, ClassVar, Mapping, Optional, Union
 
 from proctor.engine.stats import EngineStats
 from proctor.tasks.config import TaskConfig
@@ -62,36 +62,83 @@ class ChoiceOutput:
 
 
 @dataclass(frozen=True)
+class ChoiceMetrics:
+    """A multiple-choice document's predictions and accuracies (its predictions.jsonl `metrics`).
+
+    Each normalisation <n> of a choice's log-likelihood — raw (the sum), per_token, per_char,
+    per_byte (divided by the choice's tokens, characters, UTF-8 bytes), uncond (RC: minus its
+    log-likelihood after "Answer:") — gives predicted_index_<n> (the argmax, ties to the
+    first) and acc_<n> (1.0 when that is the gold choice).
+    """
+
+    predicted_index_raw: int
+    predicted_index_per_token: int
+    predicted_index_per_char: int
+    predicted_index_per_byte: int
+    correct_choice: int                          # the gold index
+    acc_raw: float
+    acc_per_token: float
+    acc_per_char: float
+    acc_per_byte: float
+    sum_logits_corr: float                       # the gold choice's log-likelihood, and normalised
+    logits_per_token_corr: float
+    logits_per_char_corr: float
+    bits_per_byte_corr: float
+    predicted_index_uncond: Optional[int] = None  # RC specs
+    acc_uncond: Optional[float] = None
+    predicted_index_norm: Optional[int] = None    # lm-eval specs: lm-eval's acc_norm (per character
+    acc_norm: Optional[float] = None              # of the choice text without its leading space)
+    mc2: Optional[float] = None                   # TruthfulQA MC2: the true answers' probability mass
+    predicted_index_mc2: Optional[int] = None     # MC2: the raw argmax ...
+    is_correct: Optional[bool] = None             # ... and whether it is one of the true answers
+
+    #: the order of the keys in predictions.jsonl (absent ones are left out)
+    ORDER: ClassVar[tuple[str, ...]] = (
+        "predicted_index_raw", "predicted_index_per_token", "predicted_index_per_char", "predicted_index_per_byte",
+        "predicted_index_uncond", "correct_choice", "acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte",
+        "acc_uncond", "sum_logits_corr", "logits_per_token_corr", "logits_per_char_corr", "bits_per_byte_corr",
+        "predicted_index_norm", "acc_norm", "mc2", "predicted_index_mc2", "is_correct")
+
+    def to_dict(self) -> dict[str, JSON]:
+        return {k: getattr(self, k) for k in self.ORDER if getattr(self, k) is not None}
+
+    def get(self, name: str) -> Optional[float]:
+        """A metric by name (None when this document has none of that name)."""
+        value = getattr(self, name) if name in self.ORDER else None
+        return None if value is None else float(value)
+
+
+assert set(ChoiceMetrics.ORDER) == {f.name for f in fields(ChoiceMetrics)}
+
+
+@dataclass(frozen=True)
 class ChoiceRecord:
     """A multiple-choice document: the model's log-likelihood of every choice."""
 
     query_id: str
     doc_id: int
     native_id: NativeId
-    #: per document: predicted_index_<norm> and acc_<norm> for raw, per_token, per_char,
-    #: per_byte (and uncond for RC), correct_choice, the gold choice's <x>_corr log-probs;
-    #: lm-eval specs add acc (, acc_norm, mc2)
-    metrics: Mapping[str, float]
+    metrics: ChoiceMetrics
     model_output: tuple[ChoiceOutput, ...]
     label: int                      # the gold choice's index
 
     def to_dict(self) -> dict[str, JSON]:
         return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
-                "metrics": dict(self.metrics), "model_output": [c.to_dict() for c in self.model_output],
+                "metrics": self.metrics.to_dict(), "model_output": [c.to_dict() for c in self.model_output],
                 "label": self.label}
 
     @classmethod
     def from_dict(cls, row: Mapping[str, JSON]) -> "ChoiceRecord":
-        return cls(row["query_id"], row["doc_id"], row["native_id"], dict(row["metrics"]),
+        return cls(row["query_id"], row["doc_id"], row["native_id"], ChoiceMetrics(**row["metrics"]),
                    tuple(ChoiceOutput(**c) for c in row["model_output"]), row["label"])
 
     def metric_value(self, metric: str) -> Optional[float]:
         return self.metrics.get(metric)
 
     def prediction(self, metric: str) -> JSON:
-        """The choice `metric` picked (acc_raw: predicted_index_raw, ...)."""
-        return self.metrics.get(metric.replace("acc_", "predicted_index_", 1)) if metric.startswith("acc_") \
-            else self.metrics.get(f"predicted_index_{metric}")
+        """The choice `metric` picked (acc_raw: predicted_index_raw, mc2: predicted_index_mc2, ...)."""
+        name = metric.replace("acc_", "predicted_index_", 1) if metric.startswith("acc_") else f"predicted_index_{metric}"
+        return self.metrics.get(name)
 
     def sum_logits(self) -> tuple[float, ...]:
         return tuple(c.sum_logits for c in self.model_output)

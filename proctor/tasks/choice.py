@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 
 from proctor.errors import UserError
 from proctor.metrics import ChoiceScore, aggregate_docs, choice_score, score_multiple_choice
-from proctor.outputs.records import ChoiceOutput, ChoiceRecord
+from proctor.outputs.records import ChoiceMetrics, ChoiceOutput, ChoiceRecord
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks.base import Instance, Scored, Task, about, assign_query_ids, check_limit, sidecar_row, spec_sample
 from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, shot_block
@@ -66,7 +66,8 @@ class RankedChoiceTask(Task):
             doc_metrics.append(metrics)
             predicted = metrics[f"predicted_index_{primary_kind}"]
             records.append(ChoiceRecord(
-                query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id, metrics=metrics,
+                query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id,
+                metrics=ChoiceMetrics(**metrics),
                 model_output=tuple(ChoiceOutput(**c.to_dict()) for c in choices), label=inst.label))
             sidecar.append(sidecar_row(
                 self.config, inst, is_correct=metrics.get("is_correct", predicted == inst.label),
