@@ -74,6 +74,25 @@ def test_a_loaded_model_needs_no_model_files_found(tiny, data_dir, cache_dir, mo
     assert run.model.backend == "hf" and len(run.tasks[MC].records) == 1
 
 
+def test_weights_too_large_to_hash_run_without_the_cache_and_say_so(tiny, data_dir, cache_dir, monkeypatch):
+    monkeypatch.setattr("proctor.backends.loaded.MAX_HASHED_BYTES", 1000)
+    model, tokenizer = loaded(tiny)
+    for _ in range(2):
+        run = proctor.evaluate(model, tokenizer=tokenizer, tasks=[MC], limit=2, data_dir=data_dir, progress=False)
+        assert run.engine.stats.cached == 0        # nothing stored, nothing read
+    assert any("not hashed" in w and "result cache" in w for w in run.warnings)
+
+
+def test_a_proctor_backend_object_runs_as_given(tiny, data_dir, cache_dir):
+    from proctor.backends import load_backend
+
+    backend = load_backend(str(tiny), device="cpu", max_length=2048)
+    run = proctor.evaluate(backend, tasks=[MC], limit=2, data_dir=data_dir, progress=False, cache=False)
+    by_path = proctor.evaluate(str(tiny), tasks=[MC], limit=2, data_dir=data_dir, progress=False, cache=False)
+    assert run.tasks[MC].records == by_path.tasks[MC].records
+    assert run.model.backend == "HFBackend" and run.model.fingerprint == by_path.model.fingerprint
+
+
 def test_the_tokenizer_saved_beside_the_weights_is_found(tiny, data_dir, cache_dir):
     model, _ = loaded(tiny)   # name_or_path is the directory, which holds the tokenizer
     run = proctor.evaluate(model, tasks=[MC], limit=1, data_dir=data_dir, progress=False, cache=False)
