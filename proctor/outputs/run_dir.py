@@ -20,6 +20,7 @@ from proctor.outputs.records import (
     RunRecord, SpecScore, TaskRecord, Timing,
 )
 from proctor.outputs.requests_file import request_rows
+from proctor.outputs.typecheck import check_fields
 
 METRICS = "metrics.json"
 SIDECAR_JSONL = "query_metadata.jsonl"
@@ -134,7 +135,7 @@ def read_run(directory: Union[str, Path]) -> RunRecord:
             tasks[name] = TaskRecord.from_summary(name, entry, tuple(make(r) for r in rows),
                                                   tuple(sidecar.get(name, ())))
         run = metrics["run_config"]
-        return RunRecord(
+        record = RunRecord(
             primary_scores={k: SpecScore.from_dict(v) for k, v in metrics["primary_scores"].items()},
             tasks=tasks,
             model=ModelRecord.from_dict(metrics["model_config"]),
@@ -142,6 +143,8 @@ def read_run(directory: Union[str, Path]) -> RunRecord:
             versions=metrics["versions"], git=metrics["git"], command=tuple(metrics["command"]),
             warnings=tuple(metrics["warnings"]), timing=Timing(**metrics["timing"]),
             engine=EngineRecord.from_dict(metrics["engine"]), format_version=metrics["format_version"])
+        check_fields(record, "run")
+        return record
     except UserError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # edited, or another tool's files
