@@ -224,6 +224,16 @@ class Task(ABC):
         request key: each family reads its own result type, `proctor.requests.Result`), and
         the task's aggregates. Pure for every family but code execution."""
 
+    def item_count(self, data_dir: Optional[Path]) -> Optional[int]:
+        """Documents of the spec as `data_dir` holds them (`proctor tasks`); None when it cannot
+        tell, e.g. hellaswag train is not stored locally (the official size is shown then)."""
+        if data_dir is None:
+            return None
+        try:
+            return len(self.docs(data_dir))
+        except UserError:
+            return None
+
     def preflight(self, allow_unsafe_exec: bool) -> None:  # noqa: B027  (most tasks refuse nothing)
         """Refuse now, before any model loads, what scoring would refuse after the model work
         (HumanEval: a sandbox that cannot cut off the network, without `allow_unsafe_exec`)."""

@@ -504,14 +504,14 @@ class FileGenerationTask(_FromFile, GenerationTask):
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
         if not result.samples:
             raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
-        sample = result.samples[0]
-        predicted, gold = sample.text.strip(), str(instance.target).strip()
-        correct = predicted == gold
-        return DocScore(metrics={"exact_match": float(correct)}, predicted_answer=predicted,
-                        correct_answer=gold, is_correct=correct,
+        gold = str(instance.target).strip()
+        answers = [s.text.strip() for s in result.samples]
+        correct = [a == gold for a in answers]
+        return DocScore(metrics={"exact_match": float(correct[0])}, predicted_answer=answers[0],
+                        correct_answer=gold, is_correct=correct[0],
                         model_output=tuple(SampleOutput(s.text, s.num_tokens, s.finish_reason,
-                                                        {"extracted": s.text.strip(), "correct": s.text.strip() == gold})
-                                           for s in result.samples))
+                                                        {"extracted": a, "correct": ok})
+                                           for s, a, ok in zip(result.samples, answers, correct)))
 
 
 def _item_count(task: Any, data_dir: Optional[Path]) -> Optional[int]:

@@ -177,18 +177,8 @@ def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
 def _count(config: TaskConfig, data_dir: Optional[Path]) -> tuple[Optional[int], str]:
     """Docs of a spec: counted from the data directory when it holds them, else the official
     size (None where none is known; the table shows "—")."""
-    task = _table()[config.name][0](config)
-    item_count = getattr(task, "item_count", None)  # a task may count its own rows (task files do)
-    if item_count is not None:
-        n = item_count(data_dir)
-        if n is not None:
-            return n, "data"
-    elif data_dir is not None:
-        try:
-            return len(task.docs(data_dir)), "data"
-        except UserError:
-            pass  # e.g. hellaswag train is not stored locally: fall back to the official size
-    return official_item_count(config), "official"
+    n = _table()[config.name][0](config).item_count(data_dir)
+    return (n, "data") if n is not None else (official_item_count(config), "official")
 
 
 def _shots(config: TaskConfig) -> int:
