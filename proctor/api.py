@@ -32,9 +32,11 @@ from proctor.outputs.owned import check_output_dir
 from proctor.outputs.provenance import code_git_state, library_versions
 from proctor.outputs.records import EngineRecord, ModelRecord, RunConfig, RunRecord, Timing
 from proctor.outputs.run_dir import write_run_directory
-from proctor.pipeline import plan, primary_scores, score
+from proctor.engine.chat import ChatTemplate
+from proctor.pipeline import PromptOptions, plan, primary_scores, score
 
 PathLike = Union[str, "os.PathLike[str]"]
+DEFAULT_THINK_TAGS = ("<think>", "</think>")
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,12 @@ def _check_tasks(tasks: Any) -> list[str]:
     return specs
 
 
+def _num_fewshot(value: Any) -> Optional[int]:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        return value
+    raise UserError(f"num_fewshot (--num-fewshot) must be a whole number >= 0, got {value!r}")
+
+
 def _batch_size(value: Any) -> Union[int, str]:
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return value
@@ -88,8 +96,9 @@ def evaluate(
     tasks: Sequence[str],
     tokenizer: Any = None,
     limit: Optional[int] = None,
+    num_fewshot: Optional[int] = None,
     batch_size: Union[int, str] = "auto",
-    max_length: int = DEFAULT_MAX_LENGTH,
+    max_length: Optional[int] = None,
     device: Optional[str] = None,
     dtype: str = "auto",
     data_dir: Optional[PathLike] = None,
@@ -111,6 +120,10 @@ def evaluate(
     vllm_for_mc: bool = False,
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: Optional[float] = None,
+    chat_template: Union[bool, PathLike] = False,
+    fewshot_as_multiturn: Optional[bool] = None,
+    system_instruction: Optional[str] = None,
+    think_tags: Union[bool, tuple[str, str]] = False,
     command: Sequence[str] = (),
 ) -> RunRecord:
     """Evaluate `model` on `tasks` (task or suite specs) and return the whole run's record.
@@ -124,6 +137,16 @@ def evaluate(
     run), `include` (task files and modules of your own), `cache=False` (neither read nor
     store results in the result cache), `command` (recorded in metrics.json). Under
     torchrun every rank calls this and gets the record; rank 0 writes `output`.
+    `num_fewshot` (lm-eval's --num_fewshot) replaces every task's few-shot count, the
+    default shots of an lm-eval task name (`hellaswag`: 0) included.
+
+    `max_length` None: each spec's protocol default — OLMES specs 2048 tokens, lm-eval-format
+    specs the model's context length (lm-eval's rule). `chat_template=True` lays prompts out
+    as chats rendered with the tokenizer's template (a path: that Jinja file's), as lm-eval's
+    --apply_chat_template; `fewshot_as_multiturn` (default: on with a chat template) and
+    `system_instruction` are lm-eval's options of those names. `think_tags` (True: <think>
+    and </think>, or a pair) reads generation tasks' answers without the reasoning spans
+    (the records keep the whole text).
     """
     ranks = DistributedContext.from_env()  # torchrun's RANK/WORLD_SIZE; one rank without it
     started = datetime.now(timezone.utc)
@@ -133,6 +156,7 @@ def evaluate(
 
         include_tasks([os.fspath(p) for p in include])
     specs = _check_tasks(tasks)
+    num_fewshot = _num_fewshot(num_fewshot)
     data = resolve_data_dir(None if data_dir is None else os.fspath(data_dir))
     batch = _batch_size(batch_size)
     out = None if output is None else Path(output)
@@ -152,8 +176,15 @@ def evaluate(
     elif given.backend is None:
         check_backend_options(given.options)
     result_cache = ResultCache(_cache_path()) if cache else None
-    evaluation = plan(specs, data, limit)
+    template_option = chat_template_file(chat_template)
+    prompts = prompt_options(chat_template=chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
+                             system_instruction=system_instruction, num_fewshot=num_fewshot,
+                             think_tags=think_tags)
+    evaluation = plan(specs, data, limit, prompts)
     evaluation.preflight(allow_unsafe_exec)  # a refusal costs no model load
+    if max_length is None and not evaluation.uses_policy("lm_eval"):
+        max_length = DEFAULT_MAX_LENGTH  # OLMES's window; no need to learn the model's
+    given = replace(given, options=replace(given.options, max_length=max_length))
     data_seconds = time.perf_counter() - t0
 
     ranks.start()
@@ -170,8 +201,13 @@ def evaluate(
     else:
         model_backend = ranks.in_turn(lambda: open_backend(given.options))
     load_seconds = time.perf_counter() - t0 - data_seconds
+    # OLMES specs keep OLMES's window unless --max-length says otherwise
+    olmes_max_length = max_length if max_length is not None else min(DEFAULT_MAX_LENGTH, model_backend.max_length)
+    template = (ChatTemplate.resolve(template_option, model_backend.tokenizer)
+                if evaluation.has_chats() else None)
     engine = Engine(model_backend, batch_size=batch, cache=result_cache, progress=progress and ranks.is_main,
-                    deterministic=deterministic, seed=seed, distributed=ranks)
+                    deterministic=deterministic, seed=seed, distributed=ranks,
+                    olmes_max_length=olmes_max_length, chat_template=template)
     t_eval = time.perf_counter()
     scored = score(evaluation, engine)
     eval_seconds = time.perf_counter() - t_eval
@@ -189,7 +225,10 @@ def evaluate(
             backend=given.options.backend if given.backend is None else type(given.backend).__name__,
             model=given.name, fingerprint=model_backend.fingerprint,
             dtype=str(model_backend.dtype).removeprefix("torch."), device=str(model_backend.device),
-            max_length=max_length, batch_size=batch, deterministic=deterministic, seed=seed,
+            max_length=model_backend.max_length, batch_size=batch, deterministic=deterministic, seed=seed,
+            olmes_max_length=None if olmes_max_length == model_backend.max_length else olmes_max_length,
+            chat_template=None if template is None else template.origin,
+            chat_template_sha256=None if template is None else template.digest,
             backend_config={k: v for k, v in backend_record(model_backend, given.options).items() if k != "backend"}),
         run_config=RunConfig(tasks=tuple(specs), limit=limit, data_dir=None if data is None else str(data),
                              world_size=ranks.world_size, include=tuple(os.fspath(p) for p in include)),
@@ -208,8 +247,49 @@ def evaluate(
     if out is not None and ranks.is_main:
         write_run_directory(out, record, overwrite=overwrite, option="output",
                             requests={name: run.instances for name, run in evaluation.tasks.items()}
-                            if save_requests else None)
+                            if save_requests else None,
+                            render=lambda r: engine.policy.text(r.context, r.policy))
     return record
+
+
+def chat_template_file(value: Any) -> Optional[str]:
+    """`chat_template`'s file: None for False/True, else the Jinja file's path (which must exist)."""
+    if isinstance(value, bool):
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise UserError(f"chat_template must be True, False or a Jinja file's path, got {value!r}")
+    path = os.fspath(value)
+    if not Path(path).is_file():
+        raise UserError(f"chat template file {path} does not exist; pass a Jinja chat template file, "
+                        "or --chat-template alone for the tokenizer's")
+    return path
+
+
+def prompt_options(*, chat_template: Any = False, fewshot_as_multiturn: Optional[bool] = None,
+                   system_instruction: Optional[str] = None, num_fewshot: Optional[int] = None,
+                   think_tags: Union[bool, tuple[str, str]] = False) -> PromptOptions:
+    """The prompt layout `evaluate`'s options ask for, checked. lm-eval's rules: few-shot as
+    multiturn by default with a chat template, refused without one."""
+    chat = chat_template is not False
+    if fewshot_as_multiturn and not chat:
+        raise UserError("fewshot_as_multiturn needs a chat template (--chat-template), as in lm-eval")
+    if system_instruction is not None and (not isinstance(system_instruction, str) or not system_instruction):
+        raise UserError(f"system_instruction must be a non-empty string, got {system_instruction!r}")
+    return PromptOptions(chat=chat, fewshot_as_multiturn=fewshot_as_multiturn,
+                         system_instruction=system_instruction, num_fewshot=_num_fewshot(num_fewshot),
+                         think_tags=_think_tags(think_tags))
+
+
+def _think_tags(value: Any) -> Optional[tuple[str, str]]:
+    """`think_tags`: False (off), True (<think>...</think>) or an (opening, closing) pair."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return DEFAULT_THINK_TAGS
+    if (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, str) for t in value)
+            and value[1]):
+        return (value[0], value[1])
+    raise UserError(f"think_tags must be True or an (opening, closing) pair of tags with a closing tag, got {value!r}")
 
 
 def _cache_path() -> Path:

@@ -7,7 +7,7 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.data import resolve_data_dir
@@ -28,6 +28,23 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
+    return value
+
+
+def _think_tags(text: str) -> tuple[str, str]:
+    opening, comma, closing = text.partition(",")
+    if not comma or not closing:
+        raise argparse.ArgumentTypeError(f"expected OPEN,CLOSE tags such as <think>,</think>, got {text!r}")
+    return opening, closing
+
+
+def _num_fewshot(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
 
 
@@ -74,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="proctor", description="Evaluate language models with reproducible protocols.")
     parser.add_argument("--version", action="version", version=f"proctor {VERSION}")
     include_help = "a task file (.yaml/.toml) or module (.py) of your own, or a directory of them (repeatable)"
+    num_fewshot_help = ("few-shot examples in every task's prompts, as lm-eval's --num_fewshot (default: each "
+                        "spec's own; an lm-eval task name's: lm-eval's default)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="evaluate a model on task specs")
@@ -81,8 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
     run.add_argument("--include", action="append", metavar="PATH", help=include_help)
     run.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
+    run.add_argument("--num-fewshot", type=_num_fewshot, metavar="N", help=num_fewshot_help)
     run.add_argument("--batch-size", type=_batch_size, default="auto", help="rows per batch, or auto")
-    run.add_argument("--max-length", type=_positive_int, default=DEFAULT_MAX_LENGTH, help="context window in tokens")
+    run.add_argument("--max-length", type=_positive_int,
+                     help=f"context window in tokens (default: OLMES specs {DEFAULT_MAX_LENGTH}, lm-eval-format "
+                          "specs the model's context length)")
+    _add_chat_options(run)
     run.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: cuda if available, else cpu")
     run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     run.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
@@ -130,10 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     prompts = sub.add_parser("prompts", help="write a spec's requests without loading a model")
     prompts.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
     prompts.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
+    prompts.add_argument("--num-fewshot", type=_num_fewshot, metavar="N", help=num_fewshot_help)
     prompts.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
     prompts.add_argument("--output", required=True, help="directory for <task>/requests.jsonl")
     prompts.add_argument("--include", action="append", metavar="PATH", help=include_help)
     prompts.add_argument("--overwrite", action="store_true", help="replace --output when it holds earlier prompts")
+    _add_chat_options(prompts)
+    prompts.add_argument("--model", default=DEFAULT_MODEL,
+                         help="whose tokenizer renders chat prompts (dir, .gguf, hub id or alias)")
 
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
     verify.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR)")
@@ -162,7 +189,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if is_main:  # checked here too so that a refusal names the CLI's options
         check_output_dir(output, overwrite=args.overwrite)
     result = evaluate(
-        args.model, tasks=_specs(args.tasks), limit=args.limit, batch_size=args.batch_size,
+        args.model, tasks=_specs(args.tasks), limit=args.limit, num_fewshot=args.num_fewshot,
+        batch_size=args.batch_size,
         max_length=args.max_length, device=args.device, dtype=args.dtype, data_dir=args.data_dir, output=output,
         overwrite=args.overwrite, seed=DEFAULT_SEED if args.seed is None else args.seed,
         deterministic=args.deterministic, backend=args.backend, include=args.include or (),
@@ -172,13 +200,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         openai_scoring=args.openai_scoring, openai_extra=args.openai_extra, threads=args.threads,
         vllm_for_mc=args.vllm_for_mc, tensor_parallel_size=args.tensor_parallel_size,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        chat_template=args.chat_template, fewshot_as_multiturn=args.fewshot_as_multiturn,
+        system_instruction=args.system_instruction, think_tags=args.think_tags or False,
         command=["proctor", *map(redact_url, sys.argv[1:])])
     if is_main:
+        _print_alias_notes(args)
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         print_results(result.primary_scores, list(result.tasks.values()))
         print(f"wrote {output}")
     return 0
+
+
+def _add_chat_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--chat-template", nargs="?", const=True, default=False, metavar="FILE",
+                        help="lay prompts out as chat messages rendered with the tokenizer's chat template "
+                             "(or this Jinja file's), as lm-eval's --apply_chat_template")
+    parser.add_argument("--fewshot-as-multiturn", action=argparse.BooleanOptionalAction, default=None,
+                        help="few-shot examples as user/assistant turns (default: on with --chat-template)")
+    parser.add_argument("--system-instruction", metavar="TEXT",
+                        help="lm-eval-format specs: a system message before the description")
+    parser.add_argument("--think-tags", nargs="?", const="<think>,</think>", type=_think_tags,
+                        metavar="OPEN,CLOSE",
+                        help="generation tasks: read answers without reasoning spans (default tags "
+                             "<think>,</think>); the records keep the whole text")
+
+
+def _print_alias_notes(args: argparse.Namespace) -> None:
+    """Say what each lm-eval task name given stands for."""
+    from proctor.tasks.aliases import alias_note
+
+    for spec in _specs(args.tasks):
+        note = alias_note(spec, args.num_fewshot)
+        if note:
+            print(f"proctor: {note}", file=sys.stderr)
 
 
 def _include(args: argparse.Namespace) -> None:
@@ -202,18 +257,38 @@ def cmd_prompts(args: argparse.Namespace) -> int:
     from proctor.outputs.owned import check_output_dir
     from proctor.outputs.requests_file import request_rows
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
+    from proctor.api import chat_template_file, prompt_options
     from proctor.pipeline import plan
 
     output = Path(args.output)
     check_output_dir(output, overwrite=args.overwrite)
     _include(args)
-    evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit)
+    template_file = chat_template_file(args.chat_template)
+    options = prompt_options(chat_template=args.chat_template, fewshot_as_multiturn=args.fewshot_as_multiturn,
+                             system_instruction=args.system_instruction, num_fewshot=args.num_fewshot,
+                             think_tags=args.think_tags or False)
+    evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit, options)
+    render = _chat_renderer(args.model, template_file) if evaluation.has_chats() else None
     with staged_directory(output, overwrite=args.overwrite) as stage:
         for run in evaluation.tasks.values():
-            write_jsonl(stage / task_dir_name(run.config.name) / "requests.jsonl", request_rows(run.instances))
+            write_jsonl(stage / task_dir_name(run.config.name) / "requests.jsonl",
+                        request_rows(run.instances, render))
     count = sum(len(run.instances) for run in evaluation.tasks.values())
     print(f"wrote requests for {count} documents of {len(evaluation.tasks)} tasks to {output}")
     return 0
+
+
+def _chat_renderer(model: str, template_file: Optional[str]) -> Callable[[Any], str]:
+    """A chat request's prompt as `model`'s tokenizer renders it (its template, or the file's)."""
+    from proctor.backends.openai_api import load_tokenizer
+    from proctor.backends.sources import ALIASES
+    from proctor.engine.chat import ChatTemplate
+    from proctor.engine.tokens import TokenizationPolicy
+
+    tokenizer, _ = load_tokenizer(None if model in ALIASES else model, model)
+    policy = TokenizationPolicy(tokenizer, max_length=DEFAULT_MAX_LENGTH,
+                                chat_template=ChatTemplate.resolve(template_file, tokenizer))
+    return lambda request: policy.text(request.context, request.policy)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

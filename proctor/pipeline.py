@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from proctor.engine import Engine
+from proctor.errors import UserError
 from proctor.metrics import Stat
 from proctor.outputs.records import MetricSummary, SpecScore, TaskRecord, finite
-from proctor.requests import Request
+from proctor.requests import Chat, Request
 from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.base import Task, TaskConfig, Work
-from proctor.tasks.registry import resolve
+from proctor.tasks.registry import alias_of, resolve
 
 
 @dataclass
@@ -58,23 +59,70 @@ class Plan:
         """Every request of every task, in task order (duplicates kept: the engine dedupes)."""
         return [r for run in self.tasks.values() for r in run.requests()]
 
+    def uses_policy(self, policy: str) -> bool:
+        """Whether any request follows this tokenization policy (`proctor.requests.Policy`)."""
+        return any(getattr(r, "policy", "olmes") == policy for r in self.requests())
+
+    def has_chats(self) -> bool:
+        """Whether any request's context is a chat (the run then needs a chat template)."""
+        return any(isinstance(getattr(r, "context", None), Chat) for r in self.requests())
+
     def preflight(self, allow_unsafe_exec: bool) -> None:
         """Let every task refuse now what it would refuse after the model work."""
         for run in self.tasks.values():
             run.task.preflight(allow_unsafe_exec)
 
 
-def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int]) -> Plan:
+@dataclass(frozen=True)
+class PromptOptions:
+    """How the run asks every task to lay out its prompts (`proctor run` options)."""
+
+    chat: bool = False                              # --chat-template: prompts as chats
+    fewshot_as_multiturn: Optional[bool] = None     # None: each protocol's default
+    system_instruction: Optional[str] = None        # --system-instruction
+    num_fewshot: Optional[int] = None               # --num-fewshot: every task's shots
+    think_tags: Optional[tuple[str, str]] = None    # --think-tags: generation tasks only
+
+    def apply(self, task: Task) -> Task:
+        """The task with these options in its config (a task of a chat variant keeps its own)."""
+        config = task.config
+        changes: dict = {}
+        if self.chat and config.chat is None and task.kind != "perplexity":  # a document has no prompt
+            if not task.supports_chat:
+                raise UserError(f"{config.name} does not lay out its prompts as chats; run it without "
+                                "--chat-template (or in a run of its own)")
+            changes["chat"] = task.chat_format(self.fewshot_as_multiturn)
+        if self.system_instruction is not None:
+            changes["system_instruction"] = self.system_instruction
+        if self.think_tags is not None and task.kind == "generation":
+            changes["think_tags"] = self.think_tags
+        if not changes:
+            return task
+        if "system_instruction" in changes:
+            if not task.supports_system_instruction:
+                raise UserError(f"{config.name} has no system instruction in its protocol; run it without "
+                                "--system-instruction")
+            if task.system_instruction_needs_chat and changes.get("chat", config.chat) is None:
+                raise UserError(f"{config.name}: OLMES has a system prompt in chat format only; add "
+                                "--chat-template or drop --system-instruction")
+        return type(task)(replace(config, **changes))
+
+
+def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],
+         prompts: PromptOptions = PromptOptions()) -> Plan:
     """Resolve specs and build every instance; all data errors surface here, before any model loads."""
     spec_plans: list[SpecPlan] = []
     runs: dict[str, TaskRun] = {}
     for spec in specs:
-        tasks: list[Task] = resolve(spec)
+        tasks: list[Task] = [prompts.apply(t) for t in resolve(spec, num_shots=prompts.num_fewshot)]
         names = [t.config.name for t in tasks]
         spec_plans.append(SpecPlan(spec, names, is_suite=names != [spec]))
         for task in tasks:
             if task.config.name not in runs:
                 runs[task.config.name] = TaskRun(task, task.instances(data_dir, limit))
+            elif runs[task.config.name].config != task.config:
+                earlier = next(sp.spec for sp in spec_plans if task.config.name in sp.task_names)
+                raise conflicting_settings(spec, task.config, earlier, runs[task.config.name].config)
     for run in runs.values():
         run.warnings.extend(duplicate_native_id_warnings(run))
     return Plan(spec_plans, runs, limit)
@@ -117,7 +165,9 @@ def score(evaluation: Plan, engine: Engine) -> ScoredPlan:
     primary: dict[str, Stat] = {}
     for name, run in evaluation.tasks.items():
         t0 = time.perf_counter()
-        run.warnings.extend(truncation_warnings(run, engine.truncated, engine.policy.max_length))
+        policies = {getattr(r, "policy", "olmes") for r in run.requests()}
+        window = max((engine.policy.max_length_of(p) for p in policies), default=engine.policy.max_length)
+        run.warnings.extend(truncation_warnings(run, engine.truncated, window))
         scored = run.task.score_docs(run.instances, results)
         # requests are batched across tasks: model time is shared out by request
         model_seconds = sum(engine.seconds_per_request(r) for r in run.requests())
@@ -137,4 +187,19 @@ def primary_scores(evaluation: Plan, scored: ScoredPlan) -> dict[str, SpecScore]
     """The headline entry of each spec the user asked for: a task's primary metric; a suite's
     declared primary aggregation as `score`, its other aggregations and members beside it."""
     results = {name: TaskResult.of(run.config, scored.primary[name]) for name, run in evaluation.tasks.items()}
-    return {sp.spec: SpecScore.from_dict(spec_entry(sp.spec, results)) for sp in evaluation.specs}
+    return {sp.spec: SpecScore.from_dict(spec_entry(scored_as(sp.spec), results)) for sp in evaluation.specs}
+
+
+def scored_as(spec: str) -> str:
+    """The spec whose entry a requested spec reports: an lm-eval task name its proctor spec's."""
+    alias = alias_of(spec)
+    return spec if alias is None else alias.spec
+
+
+def conflicting_settings(spec: str, config: TaskConfig, earlier_spec: str, earlier: TaskConfig) -> UserError:
+    """Two specs of one run that run a task with different settings (lm-eval's 0-shot
+    `hellaswag` beside the 10-shot `hellaswag::leaderboard`): their results would share a name."""
+    how = (f"{config.num_shots}-shot, {earlier_spec!r} {earlier.num_shots}-shot"
+           if config.num_shots != earlier.num_shots else f"with other settings than {earlier_spec!r} does")
+    return UserError(f"{spec!r} runs {config.name} {how}: their results would share one name; "
+                     "run them separately")

@@ -9,24 +9,97 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import ClassVar, Optional, Sequence, Union
+from typing import ClassVar, Literal, Optional, Sequence, Union
+
+#: Which reference harness's tokenization a request follows (`proctor.engine.tokens`):
+#: "olmes" — no special tokens, the run's --max-length (default 2048); "lm_eval" — the
+#: tokenizer's own special tokens (BOS for Llama/Gemma), the model's context length.
+Policy = Literal["olmes", "lm_eval"]
+POLICIES: tuple[str, ...] = ("olmes", "lm_eval")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn."""
+
+    role: str        # "system", "user" or "assistant"
+    content: str
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A prompt as chat messages; the tokenization policy renders it with the model's chat
+    template (`proctor.engine.chat`), and OpenAI-compatible servers get the messages.
+
+    Rendered as `apply_chat_template(messages, add_generation_prompt=not continue_final,
+    continue_final_message=continue_final)` followed by `suffix`.
+    """
+
+    messages: tuple[Message, ...]
+    #: the last message is the start of the assistant's reply, to be continued (lm-eval's
+    #: gen_prefix); otherwise the template's generation prompt opens the reply
+    continue_final: bool = False
+    #: text after the rendered template (OLMES's assistant_prefix)
+    suffix: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.messages, tuple) or not self.messages:
+            raise TypeError("Chat.messages must be a non-empty tuple of Message (requests are hashable)")
+        if self.continue_final and self.messages[-1].role != "assistant":
+            raise ValueError("Chat.continue_final needs an assistant message last")
+
+    def to_dict(self) -> dict:
+        out: dict = {"messages": [m.to_dict() for m in self.messages]}
+        if self.continue_final:
+            out["continue_final"] = True
+        if self.suffix:
+            out["suffix"] = self.suffix
+        return out
+
+
+Context = Union[str, Chat]
+
+
+def _context_json(context: Context) -> Union[str, dict]:
+    return context if isinstance(context, str) else context.to_dict()
+
+
+def _check_policy(policy: str) -> None:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown tokenization policy {policy!r}; known: {', '.join(POLICIES)}")
+
+
+def _hash(payload: list) -> str:
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
 class Loglikelihood:
     """Log-probability of `continuation` given `context` (OLMES/lm-eval semantics)."""
 
-    context: str
+    context: Context
     continuation: str
+    policy: Policy = "olmes"
     kind: ClassVar[str] = "loglikelihood"
+
+    def __post_init__(self) -> None:
+        _check_policy(self.policy)
 
     @property
     def key(self) -> str:
-        payload = json.dumps([self.kind, self.context, self.continuation], ensure_ascii=False)
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+        # the fields a plain OLMES request always had, so earlier caches stay valid
+        extra = [] if self.policy == "olmes" else [self.policy]
+        return _hash([self.kind, _context_json(self.context), self.continuation, *extra])
 
     def to_dict(self) -> dict:
-        return {"request_type": self.kind, "context": self.context, "continuation": self.continuation}
+        out = {"request_type": self.kind, "context": _context_json(self.context),
+               "continuation": self.continuation}
+        if self.policy != "olmes":
+            out["policy"] = self.policy
+        return out
 
 
 @dataclass(frozen=True)
@@ -70,28 +143,29 @@ class Generate:
     `do_sample=False` they are all the greedy text.
     """
 
-    context: str
+    context: Context
     max_gen_toks: int = 256
     stop: tuple[str, ...] = ()
     do_sample: bool = False
     temperature: float = 0.0
     top_p: float = 1.0
     repeats: int = 1
+    policy: Policy = "olmes"
     kind: ClassVar[str] = "generate"
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop, tuple):
             raise TypeError("Generate.stop must be a tuple of strings (requests are hashable)")
+        _check_policy(self.policy)
 
     @property
     def key(self) -> str:
-        payload = json.dumps([self.kind, *self.to_dict().values()], ensure_ascii=False)
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+        return _hash([self.kind, *self.to_dict().values()])
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "request_type": self.kind,
-            "context": self.context,
+            "context": _context_json(self.context),
             "max_gen_toks": self.max_gen_toks,
             "stop": list(self.stop),
             "do_sample": self.do_sample,
@@ -99,6 +173,9 @@ class Generate:
             "top_p": self.top_p,
             "repeats": self.repeats,
         }
+        if self.policy != "olmes":
+            out["policy"] = self.policy
+        return out
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,17 @@ def _pick(entry: dict, aggregation: str) -> dict:
             "stderr": entry.get(f"{aggregation}_stderr")}
 
 
+def best_of_mc_rc(members: Mapping[str, dict]) -> tuple[Optional[float], Optional[float]]:
+    """OLMES's `mc_or_rc` (allenai/olmes oe_eval/tasks/aggregate_tasks.py,
+    `calculate_task_group_metrics`): the larger of the members' scores, in member order
+    [MC, RC] with a strict `>`, so a tie goes to MC; with it, that member's stderr."""
+    best: Optional[dict] = None
+    for entry in members.values():
+        if entry["score"] is not None and (best is None or entry["score"] > best["score"]):
+            best = entry
+    return (None, None) if best is None else (best["score"], best["stderr"])
+
+
 def suite_entry(s: Suite, results: Mapping[str, TaskResult]) -> dict:
     """A suite's aggregations, headline score and members (each scored as the suite says)."""
     leaves = [results[name] for name in leaf_specs(s.name)]
@@ -74,6 +85,8 @@ def suite_entry(s: Suite, results: Mapping[str, TaskResult]) -> dict:
         out["member_mean"] = math.fsum(scores) / len(scores)
         # members are scored on different documents: independent errors
         out["member_mean_stderr"] = math.sqrt(math.fsum(m["stderr"] ** 2 for m in members.values())) / len(scores)
+    if "mc_or_rc" in s.aggregations:
+        out["mc_or_rc"], out["mc_or_rc_stderr"] = best_of_mc_rc(members)
     if "rrgs" in s.aggregations:
         subjects = {r.mmlu_subject: r.stat.mean for r in leaves if r.mmlu_subject}
         out["rrgs"] = rrgs(subjects)

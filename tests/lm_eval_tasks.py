@@ -38,9 +38,21 @@ def lm_eval_task(relative: str, splits: dict[str, list[dict]], num_fewshot: Opti
     return task
 
 
-def lm_eval_requests(task, limit: Optional[int] = None) -> list[tuple[dict, list[tuple[str, str]]]]:
-    """Per doc, in doc order: (doc, [(context, continuation) per choice])."""
-    task.build_all_requests(limit=limit, rank=0, world_size=1)
+def lm_eval_chat_template(tokenizer):
+    """lm-eval's own `HFLM.apply_chat_template` over `tokenizer` (no model needed)."""
+    from functools import partial
+    from types import SimpleNamespace
+
+    from lm_eval.models.huggingface import HFLM
+
+    return partial(HFLM.apply_chat_template, SimpleNamespace(tokenizer=tokenizer, chat_template_args={}))
+
+
+def lm_eval_requests(task, limit: Optional[int] = None, **chat) -> list[tuple[dict, list[tuple]]]:
+    """Per doc, in doc order: (doc, [request arguments per choice]): (context, continuation) for
+    multiple choice, (context, generation kwargs) for generation. `chat`: build_all_requests's
+    apply_chat_template, fewshot_as_multiturn, system_instruction and chat_template."""
+    task.build_all_requests(limit=limit, rank=0, world_size=1, **chat)
     by_doc: dict[int, list] = {}
     for inst in task.instances:
         by_doc.setdefault(inst.doc_id, []).append(inst)

@@ -2,7 +2,7 @@
 
 Error handling runs against a tiny threaded server in this process that answers as
 scripted (429s, 500s, garbage, hangs) and otherwise like a completions API over a fake
-deterministic "model". The real check runs llama-cpp-python's own server on the embedded
+deterministic "model", and like a chat-completions API with a fixed reply. The real check runs llama-cpp-python's own server on the embedded
 SmolLM2 GGUF and compares MMLU MC and GSM8K greedy per item with the HF backend.
 """
 
@@ -25,8 +25,10 @@ import pytest
 from proctor.backends.openai_api import OpenAIBackend, load_openai_backend
 from proctor.backends.openai_http import RetryPolicy, _retry_after
 from proctor.engine import Engine, ResultCache
+from proctor.engine.chat import ChatTemplate
+from proctor.engine.gen_plan import GenRow
 from proctor.errors import UserError
-from proctor.requests import Generate, Loglikelihood
+from proctor.requests import Chat, Generate, Generation, Loglikelihood, Message
 
 from tinylm import build_tokenizer
 
@@ -46,7 +48,9 @@ def fake_top(logprob: float) -> float:
 class FakeCompletions(BaseHTTPRequestHandler):
     """Answers POST /v1/completions: first from `server.script` (one action per request), then
     as a completions API over the fake model. `server.ids`: accept token-id prompts;
-    `server.echo`: return prompt log-probs; `server.force`: honour logit_bias."""
+    `server.echo`: return prompt log-probs; `server.force`: honour logit_bias. POST
+    /v1/chat/completions: `server.chat_text` where `server.chat` (else HTTP 404), a 400 for
+    vLLM's continue_final_message unless `server.continue_final`."""
 
     def log_message(self, *args):  # keep pytest output clean
         pass
@@ -56,14 +60,27 @@ class FakeCompletions(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with server.lock:
             server.seen.append((body, dict(self.headers)))
+            server.posts.append((self.path, body))
             action = server.script.pop(0) if server.script else None
         if action is not None:
             return self._act(action)
+        if self.path == "/v1/chat/completions":
+            return self._chat(body)
         if isinstance(body["prompt"], list) and not server.ids:
             return self._send(422, {"detail": [{"msg": "Input should be a valid string", "loc": ["body", "prompt"]}]})
         if body.get("echo") and not server.echo:
             return self._send(400, {"error": {"message": "echo is not supported"}})
         self._send(200, server.complete(body))
+
+    def _chat(self, body):
+        server = self.server
+        if not server.chat:
+            return self._send(404, {"detail": "Not Found"})  # FastAPI's answer to an unknown path
+        if "continue_final_message" in body and not server.continue_final:
+            return self._send(400, {"error": {"message": "Unrecognized request argument supplied: "
+                                                         "continue_final_message"}})
+        choice = {"index": 0, "message": {"role": "assistant", "content": server.chat_text}, "finish_reason": "stop"}
+        self._send(200, {"choices": [choice], "usage": {"prompt_tokens": 20, "completion_tokens": 9}})
 
     def _act(self, action):
         kind, *rest = action
@@ -94,11 +111,14 @@ class FakeCompletions(BaseHTTPRequestHandler):
 class FakeServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, tokenizer, *, ids=True, echo=True, force=True):
+    def __init__(self, tokenizer, *, ids=True, echo=True, force=True, chat=True, continue_final=True):
         super().__init__(("127.0.0.1", 0), FakeCompletions)
         self.tokenizer, self.ids, self.echo, self.force = tokenizer, ids, echo, force
+        self.chat, self.continue_final = chat, continue_final
+        self.chat_text = "Four.\n\nQuestion: and 3+3?"  # as a server that ignored the stop strings
         self.script: list = []
         self.seen: list = []
+        self.posts: list = []   # (path, body) of every request
         self.lock = threading.Lock()
 
     @property
@@ -141,8 +161,8 @@ def tokenizer():
 def serve(tokenizer):
     servers = []
 
-    def start(**flags) -> FakeServer:
-        server = FakeServer(tokenizer, **flags)
+    def start(tok=None, **flags) -> FakeServer:
+        server = FakeServer(tok or tokenizer, **flags)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         servers.append(server)
         return server
@@ -342,6 +362,165 @@ def test_bad_options_are_user_errors(tokenizer):
         backend_for("http://127.0.0.1:1/v1", tokenizer, scoring="fast")
     with pytest.raises(UserError, match="concurrency"):
         backend_for("http://127.0.0.1:1/v1", tokenizer, concurrency=0)
+
+
+# -- chat prompts: /chat/completions with the messages ---------------------------------------------
+
+EOT = "<|im_end|>"
+QUESTION = (Message("system", "Be brief."), Message("user", "What is 2+2?"))
+STARTED = (*QUESTION, Message("assistant", "The answer is"))
+
+
+def chat_row(chat: Chat, *, stop=("\n\n", EOT), seeds=(0,), **sampling) -> GenRow:
+    decoding = {"do_sample": False, "temperature": 0.0, "top_p": 1.0, **sampling}
+    return GenRow((1, 2, 3), 16, stop, seeds=seeds, chat=chat, **decoding)
+
+
+def posts_to(server, path: str) -> list[dict]:
+    return [body for p, body in server.posts if p == f"/v1{path}"]
+
+
+def test_chat_rows_go_to_chat_completions_with_their_messages(serve, tokenizer):
+    server = serve()
+    backend = backend_for(server.url, tokenizer, prompt_format="ids", extra_body={"repeat_penalty": 1.0})
+    plain = GenRow((5, 6, 7), 4, (), False, 0.0, 1.0, (0,))
+    sampled = chat_row(Chat(QUESTION), do_sample=True, temperature=0.7, top_p=0.9, seeds=(11, 12))
+    greedy, plain_out, sampled_out = backend.generate([chat_row(Chat(QUESTION)), plain, sampled])
+    chats = posts_to(server, "/chat/completions")  # in the order they arrived
+    assert [b for b in chats if "seed" not in b] == [{
+        "repeat_penalty": 1.0, "model": "fake", "messages": [m.to_dict() for m in QUESTION],
+        "max_tokens": 16, "temperature": 0, "top_p": 1, "stop": ["\n\n", EOT]}]
+    sampling = sorted((b["temperature"], b["top_p"], b["seed"]) for b in chats if "seed" in b)
+    assert sampling == [(0.7, 0.9, 11), (0.7, 0.9, 12)]
+    assert not any("prompt" in b or "continue_final_message" in b for b in chats)
+    [completion] = posts_to(server, "/completions")  # the plain row, as before
+    assert completion["prompt"] == [5, 6, 7] and completion["max_tokens"] == 4
+    assert greedy == (Generation("Four.", 9, "stop"),)  # cut at the first stop string
+    assert [g.text for g in sampled_out] == ["Four.", "Four."]
+    assert plain_out[0].text == tokenizer.decode([5])
+    assert backend.config_record()["requests_sent"] == 4
+
+
+@pytest.mark.parametrize("chat, messages", [
+    (Chat(STARTED, continue_final=True), list(STARTED)),                            # lm-eval's gen_prefix
+    (Chat(QUESTION, suffix="Answer:"), [*QUESTION, Message("assistant", "Answer:")]),  # OLMES's assistant_prefix
+    (Chat(STARTED, continue_final=True, suffix=" clearly"),
+     [*QUESTION, Message("assistant", "The answer is clearly")]),
+])
+def test_a_started_reply_is_continued_with_vllms_fields(serve, tokenizer, chat, messages):
+    server = serve()
+    [out] = backend_for(server.url, tokenizer).generate([chat_row(chat)])
+    [body] = posts_to(server, "/chat/completions")
+    assert body["messages"] == [m.to_dict() for m in messages]
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    assert out[0].text == "Four."
+
+
+def test_a_server_without_vllms_fields_says_what_a_started_reply_needs(serve, tokenizer):
+    server = serve(continue_final=False)
+    with pytest.raises(UserError, match=r"HTTP 400\): Unrecognized request argument supplied: continue_final_message; "
+                                        r"a started assistant reply needs a server that takes vLLM's") as e:
+        backend_for(server.url, tokenizer).generate([chat_row(Chat(QUESTION, suffix="Answer:"))])
+    assert "\n" not in str(e.value) and len(server.seen) == 1
+
+
+def _chat_reply(content, finish_reason="stop", usage=True, **choice):
+    reply = {"choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                          "finish_reason": finish_reason, **choice}]}
+    return {**reply, "usage": {"completion_tokens": 3}} if usage else reply
+
+
+@pytest.mark.parametrize("reply, want", [
+    (_chat_reply("4\n\nQ: 5", "length"), Generation("4", 3, "stop")),          # a stop string the server ignored
+    (_chat_reply("Four", stop_reason=None), Generation("Four", 3, "eos")),    # vLLM: None is its EOS
+    (_chat_reply("Four", stop_reason="\n\n"), Generation("Four", 3, "stop")),
+    (_chat_reply("Four score and", "length"), Generation("Four score and", 3, "length")),
+    (_chat_reply(None), Generation("", 3, "stop")),                            # OpenAI's null content
+    (_chat_reply("Four", usage=False), "local"),                               # no usage: counted here
+])
+def test_chat_replies_are_read_like_completions(serve, tokenizer, reply, want):
+    server = serve()
+    server.script = [("status", 200, reply, ())]
+    [out] = backend_for(server.url, tokenizer).generate([chat_row(Chat(QUESTION))])
+    if want == "local":
+        want = Generation("Four", len(tokenizer.encode("Four", add_special_tokens=False)), "stop")
+    assert out == (want,)
+
+
+@pytest.mark.parametrize("reply, message", [
+    ({"choices": []}, r"malformed chat completion \(no choices\)"),
+    ({"choices": [{"text": "Four", "finish_reason": "stop"}]}, r"malformed chat completion \(a choice without "
+                                                               r"message.content\)"),
+    (_chat_reply(["Four"]), r"malformed chat completion \(a message.content that is not text \(list\)\)"),
+])
+def test_malformed_chat_replies_are_one_line_user_errors(serve, tokenizer, reply, message):
+    server = serve()
+    server.script = [("status", 200, reply, ())]
+    with pytest.raises(UserError, match=message) as e:
+        backend_for(server.url, tokenizer).generate([chat_row(Chat(QUESTION))])
+    assert f"{server.url}/chat/completions" in str(e.value) and "chat-completions API" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_server_without_chat_completions_is_one_clear_error(serve, tokenizer):
+    server = serve(chat=False)
+    url = server.url.replace("http://", "http://alice:hunter2@")
+    backend = backend_for(url, tokenizer)
+    with pytest.raises(UserError) as e:
+        backend.generate([chat_row(Chat(QUESTION))])
+    message = str(e.value)
+    assert "rejected the request (HTTP 404): Not Found" in message
+    shown = url.replace("hunter2", "***") + "/chat/completions"
+    assert f"chat prompts are generated through POST {shown}, which this server does not have" in message
+    assert "no --chat-template" in message and "hunter2" not in message and "\n" not in message
+    assert len(server.seen) == 1  # a 404 is not retried
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer():
+    return build_tokenizer(chat=True)
+
+
+def test_the_engine_generates_chats_through_chat_completions(serve, chat_tokenizer, tmp_path):
+    server = serve(chat_tokenizer)
+    backend = backend_for(server.url, chat_tokenizer, prompt_format="ids")
+    template = ChatTemplate.of_tokenizer(chat_tokenizer)
+    requests = [Generate(Chat(QUESTION), max_gen_toks=8, stop=("\n\n",)),
+                Generate(Chat(QUESTION, suffix="Answer:"), max_gen_toks=8),
+                Generate("Paris is", max_gen_toks=3)]
+    cache = ResultCache(tmp_path / "results.sqlite")
+    results = Engine(backend, cache=cache, chat_template=template, progress=False).generate(requests)
+    # planned longest prompt first, so looked up by what they hold
+    [asked] = [b for b in posts_to(server, "/chat/completions") if len(b["messages"]) == 2]
+    [suffixed] = [b for b in posts_to(server, "/chat/completions") if len(b["messages"]) == 3]
+    assert asked["messages"] == [m.to_dict() for m in QUESTION] and "continue_final_message" not in asked
+    assert asked["stop"] == ["\n\n", EOT] and asked["max_tokens"] == 8  # the template's end of turn too
+    assert suffixed["messages"][-1] == {"role": "assistant", "content": "Answer:"} and suffixed["stop"] == [EOT]
+    assert suffixed["continue_final_message"] is True
+    [plain] = posts_to(server, "/completions")
+    assert plain["prompt"] == chat_tokenizer.encode("Paris is")
+    assert [r.samples[0].text for r in results] == ["Four.", server.chat_text, chat_tokenizer.decode([5])]
+    server.posts.clear()
+    engine = Engine(backend, cache=cache, chat_template=template, progress=False)
+    assert engine.generate(requests) == results and server.posts == [] and engine.stats.gen_cached == 3
+
+
+def test_chat_loglikelihood_scores_the_locally_rendered_prompt_through_completions(serve, chat_tokenizer):
+    server = serve(chat_tokenizer)
+    backend = backend_for(server.url, chat_tokenizer, prompt_format="ids")
+    engine = Engine(backend, chat_template=ChatTemplate.of_tokenizer(chat_tokenizer), progress=False)
+    request = Loglikelihood(Chat(QUESTION), " Four")
+    [got] = engine.run([request])
+    assert backend.scoring == "echo" and posts_to(server, "/chat/completions") == []
+    [window] = engine.policy.request_windows([request])
+    rendered = engine.policy.text(request.context)
+    assert rendered.startswith("<|im_start|>system\nBe brief.<|im_end|>") and rendered.endswith("assistant\n")
+    [body] = [b for b in posts_to(server, "/completions") if "<|im_start|>" in chat_tokenizer.decode(b["prompt"])]
+    assert body["prompt"] == list(window.inputs[: window.start + 1] + window.targets)
+    assert chat_tokenizer.decode(body["prompt"]) == rendered + " Four"
+    full = body["prompt"]
+    want = sum(fake_logprob(full[p], p) for p in range(window.start + 1, len(full)))
+    assert got.sum_logits == pytest.approx(want, abs=1e-9) and got.num_tokens == len(window.targets)
 
 
 # -- the real check: llama-cpp-python's own server on the embedded SmolLM2 GGUF -------------------

@@ -78,11 +78,11 @@ def test_spec_resolution_and_listing(data_dir):
         "pass_at_1", "pass_at_2", "pass_at_4", "pass_at_8",
         "maj_at_1", "maj_at_2", "maj_at_4", "maj_at_8", "exact_match")
     assert resolve("gsm8k::olmes")[0].metric_names == ("exact_match",)
-    with pytest.raises(UserError, match="did you mean 'gsm8k::olmo3:n8:v2'"):
+    with pytest.raises(UserError, match="did you mean .*'gsm8k::olmo3:n8:v2'"):
         resolve("gsm8k::olmo3:n8")
     rows = {r.spec: r for r in task_rows("gsm8k", data_dir=data_dir)}
     assert (rows[N8].items, rows[N8].items_source, rows[N8].shots) == (1319, "data", 8)
-    assert {r.spec: r.items for r in task_rows("gsm8k")} == {N8: 1319, "gsm8k::olmes": 1319}
+    assert {r.spec: r.items for r in task_rows("gsm8k::olm")} == {N8: 1319, "gsm8k::olmes": 1319}
 
 
 def sample(text, finish="stop"):

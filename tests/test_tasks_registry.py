@@ -38,18 +38,19 @@ def test_all_specs():
     counts = {family.__name__.removeprefix("proctor.tasks."): len(family.configs())
               for family in registry._FAMILIES}
     assert counts == {
-        "mmlu": 57 * 2, "socialiqa": 3, "arc": 6, "hellaswag": 2,    # OLMES MC/RC
-        "gsm8k": 2, "bbh": 27, "humaneval": 2,                        # generation
+        "mmlu": 57 * 3, "socialiqa": 4, "arc": 6, "hellaswag": 3,    # OLMES MC/RC (+ MMLU's ::tulu)
+        "gsm8k": 3, "bbh": 27, "humaneval": 2,                        # generation
         "leaderboard.arc": 1, "leaderboard.hellaswag": 1, "leaderboard.mmlu": 57,
         "leaderboard.truthfulqa": 2, "leaderboard.bigbench": 9,      # lm-eval formats
+        "leaderboard.gsm8k": 1,
         "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
-    assert len(specs) == sum(counts.values()) == 243
+    assert len(specs) == sum(counts.values()) == 304
 
 
 def test_every_suite_member_resolves():
     tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
-    assert len(suites) == 19
+    assert len(suites) == 25
     assert not tasks & set(suites)
     for s in suites.values():
         assert s.members and len(set(s.members)) == len(s.members), s.name
@@ -70,7 +71,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 19 + ["task"] * 243
+    assert [r.kind for r in rows] == ["suite"] * 25 + ["task"] * 304
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
@@ -141,7 +142,7 @@ def test_unknown_spec_suggests():
         resolve("mmlu_astronmy:mc::olmes")
     assert str(e.value) == ("unknown task spec 'mmlu_astronmy:mc::olmes'; did you mean "
                             "'mmlu_astronomy:mc::olmes'? (`proctor tasks` lists all)")
-    with pytest.raises(UserError, match="did you mean 'socialiqa:mc::olmes'"):
+    with pytest.raises(UserError, match=r"did you mean 'socialiqa:mc::olmes', .*'socialiqa::olmes'\?"):
         resolve("socialiqa")
     with pytest.raises(UserError, match=r"unknown task spec 'zzz'; \(`proctor tasks` lists all\)"):
         resolve("zzz")
@@ -187,7 +188,8 @@ def test_task_rows_official_and_data(data_dir):
     assert (r.kind, r.split, r.shots, r.primary_metric, r.items, r.items_source) == \
         ("task", "all", 5, "acc_raw", 10000, "data")
     assert {r.spec for r in task_rows("hellaswag", data_dir)} == {
-        "hellaswag:rc::olmes", "hellaswag:rc::xlarge", "hellaswag::leaderboard"}
+        "hellaswag:rc::olmes", "hellaswag:mc::olmes", "hellaswag:rc::xlarge", "hellaswag::leaderboard",
+        "hellaswag::olmes"}
     assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
     with pytest.raises(UserError, match="no task spec matches"):
         task_rows("no-such-thing")

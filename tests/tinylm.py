@@ -17,29 +17,47 @@ CORPUS = [
 ] * 20
 
 
-def build_tokenizer(vocab_size: int = 320):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# ChatML, as SmolLM2's and Qwen's templates lay turns out (without SmolLM2's default system turn)
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] "
+          "+ '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+          "{% endif %}")
+
+
+def build_tokenizer(vocab_size: int = 320, *, chat: bool = False, bos: bool = False):
+    """`chat`: ChatML special tokens and template, EOS <|im_end|>; `bos`: a BOS token <s> the
+    tokenizer prepends with special tokens on (as Llama's and Gemma's do)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
+    specials = ["<|endoftext|>", *(["<s>"] if bos else []), *(["<|im_start|>", "<|im_end|>"] if chat else [])]
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=["<|endoftext|>"],
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     raw.train_from_iterator(CORPUS, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>")
+    if bos:
+        bos_id = raw.token_to_id("<s>")
+        raw.post_processor = processors.TemplateProcessing(
+            single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos_id)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|im_end|>" if chat else "<|endoftext|>",
+                                        **({"bos_token": "<s>"} if bos else {}))
+    if chat:
+        tokenizer.chat_template = CHATML
+    return tokenizer
 
 
-def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -> Path:
+def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320, chat: bool = False,
+                     bos: bool = False) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     directory = Path(directory)
-    tokenizer = build_tokenizer(vocab_size)
+    tokenizer = build_tokenizer(vocab_size, chat=chat, bos=bos)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -51,7 +69,7 @@ def build_tiny_model(directory: Path, *, seed: int = 0, vocab_size: int = 320) -
         max_position_embeddings=4096,
         initializer_range=0.1,
         eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
+        bos_token_id=tokenizer.bos_token_id,
         pad_token_id=None,
         tie_word_embeddings=False,
     )

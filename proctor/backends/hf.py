@@ -22,6 +22,7 @@ from proctor.backends.packed_attention import PackedLayout, packed
 from proctor.backends.prefix_kv import run_prefix
 from proctor.backends.sources import resolve_source
 from proctor.engine.plan import Readout, Row
+from proctor.defaults import DEFAULT_MAX_LENGTH
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import LoglikelihoodResult
 
@@ -84,10 +85,26 @@ def position_limit(config: Any) -> Optional[int]:
     return None
 
 
-class HFBackend:
-    """Scores engine rows with a transformers causal LM."""
+def model_context_length(config: Any, tokenizer: Any) -> int:
+    """lm-eval 0.4.13's default max_length (`resolve_max_length`, lm_eval/models/utils.py): the
+    config's positions (its text config first), else the tokenizer's model_max_length unless
+    unset, else 2048."""
+    found = position_limit(config)
+    if found is not None:
+        return found
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < 10**12:
+        return limit
+    return DEFAULT_MAX_LENGTH
 
-    def __init__(self, model: Any, tokenizer: Any, *, identity: str, max_length: int = 2048):
+
+class HFBackend:
+    """Scores engine rows with a transformers causal LM; `max_length` None: the model's
+    context length (`model_context_length`)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, identity: str, max_length: Optional[int] = DEFAULT_MAX_LENGTH):
+        if max_length is None:
+            max_length = model_context_length(model.config, tokenizer)
         if max_length < 1:
             raise UserError(f"max length must be a positive integer, got {max_length}")
         positions = position_limit(model.config)
@@ -318,10 +335,11 @@ def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor, targets: torch.Te
 
 
 def load_backend(
-    model: str, *, device: Optional[str] = None, dtype: str = "auto", max_length: int = 2048
+    model: str, *, device: Optional[str] = None, dtype: str = "auto", max_length: Optional[int] = DEFAULT_MAX_LENGTH
 ) -> HFBackend:
-    """Load `model` (hub id, local dir, .gguf file, or alias like `smollm2-135m`)."""
-    if max_length < 1:
+    """Load `model` (hub id, local dir, .gguf file, or alias like `smollm2-135m`); `max_length`
+    None: the model's context length."""
+    if max_length is not None and max_length < 1:
         raise UserError(f"max length must be a positive integer, got {max_length}")
     source = resolve_source(model)
     dev = resolve_device(device)

@@ -162,9 +162,10 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def load_llamacpp_backend(model: str, *, max_length: int, n_threads: Optional[int] = None) -> LlamaCppBackend:
-    """Load a .gguf file (or an alias of one, e.g. `smollm2-135m`) into a llama.cpp context of `max_length` tokens."""
-    if max_length < 1:
+def load_llamacpp_backend(model: str, *, max_length: Optional[int], n_threads: Optional[int] = None) -> LlamaCppBackend:
+    """Load a .gguf file (or an alias of one, e.g. `smollm2-135m`) into a llama.cpp context of
+    `max_length` tokens (None: the model's trained context length)."""
+    if max_length is not None and max_length < 1:
         raise UserError(f"max length must be a positive integer, got {max_length}")
     if n_threads is not None and n_threads < 1:
         raise UserError(f"threads must be a positive integer, got {n_threads}")
@@ -172,6 +173,8 @@ def load_llamacpp_backend(model: str, *, max_length: int, n_threads: Optional[in
     if source.kind != "gguf":
         raise UserError(f"the llama.cpp backend needs a .gguf model file, got {model!r}; "
                         "use the hf backend for transformers models")
-    native = NativeModel(source.location, n_ctx=max_length, n_threads=n_threads or default_threads())
+    # llama.cpp reads n_ctx 0 as the model's trained context length
+    native = NativeModel(source.location, n_ctx=max_length or 0, n_threads=n_threads or default_threads())
+    max_length = native.n_ctx
     identity = f"gguf:{file_sha256(Path(source.location))}"
     return LlamaCppBackend(native, path=source.location, identity=identity, max_length=max_length)

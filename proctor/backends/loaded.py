@@ -73,7 +73,7 @@ def tokenizer_for(model: Any, tokenizer: Any) -> Any:
         raise UserError(f"cannot load a tokenizer from {source!r} ({first}); pass tokenizer=") from None
 
 
-def loaded_backend(model: Any, tokenizer: Any, *, max_length: int, device: Optional[str], dtype: str,
+def loaded_backend(model: Any, tokenizer: Any, *, max_length: Optional[int], device: Optional[str], dtype: str,
                    cache: bool) -> tuple[HFBackend, list[str]]:
     """The backend for a loaded model, and the warnings its run must carry.
 

@@ -1,4 +1,5 @@
-"""OpenAI-compatible completions backend (`POST {base_url}/completions`: vLLM, llama.cpp, TGI...).
+"""OpenAI-compatible completions backend (`POST {base_url}/completions`: vLLM, llama.cpp, TGI...),
+and `POST {base_url}/chat/completions` for generating from chat prompts.
 
 The engine tokenizes with a local tokenizer (`tokenizer=`, the model alias's by default),
 so requests are the same token rows every backend gets. Prompts go to the server as
@@ -22,11 +23,29 @@ Loglikelihood, two ways (`scoring="auto"` probes the server once and picks):
   log-probs (llama-cpp-python does); costs one request per continuation token.
 
 `is_greedy` is whether each target's log-prob is the largest in its `top_logprobs`.
-A server that can do neither gives a UserError; it can still generate.
+A server that can do neither gives a UserError; it can still generate. A chat request
+(`proctor.requests.Chat` context) is scored the same way, over the prompt proctor's
+tokenization policy rendered with the run's chat template: the local tokenizer's template
+(or --chat-template) must be the one the server's model was trained with, and the one the
+server generates chats with (below), or scores and generations see different prompts.
 
 Generation: one request per sample (`n` is not honoured everywhere), with the sample's
 seed, temperature/top_p (greedy: temperature 0), `max_tokens` and `stop`; the text is cut
 again at the first stop string, as the HF backend cuts it.
+
+Chat generation (a GenRow with a `chat`) goes to `/chat/completions` with the messages, not
+the rendered prompt: the server renders them with its own chat template and answers in
+`choices[0].message.content`; the stop strings include the local template's end of turn.
+A chat with a started assistant reply (`continue_final`, or a `suffix`: OLMES's
+assistant_prefix, sent as a last assistant message of its own, or appended to the final
+one) is sent with vLLM's extension fields `continue_final_message: true,
+add_generation_prompt: false`, so the server renders the template with that last message
+left open (no end of turn) and the reply continues it. That needs a server that supports
+them (vLLM does; OpenAI's API does not and rejects the request); it matches the local
+rendering (generation prompt + suffix) wherever the template lays a reply out as its
+generation prompt followed by the content (ChatML, Llama 3, Gemma). The server sees the
+whole conversation: proctor's left truncation of the rendered prompt does not apply, and a
+conversation longer than the server's context is the server's error (shown as it says it).
 
 Extra request fields (`extra_body`, e.g. llama-cpp-python's `{"repeat_penalty": 1.0,
 "top_k": 0, "min_p": 0}` for plain greedy/top-p decoding) are sent with every request.
@@ -44,15 +63,18 @@ from typing import Any, Callable, Literal, Optional, Sequence
 
 from proctor.backends.decoding import find_stop
 from proctor.backends.redact import redact_url, strip_credentials
-from proctor.backends.openai_http import CompletionsClient, RetryPolicy, ServerRejected
+from proctor.backends.openai_http import (CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy,
+                                          ServerRejected)
 from proctor.backends.sources import ALIASES, file_sha256, resolve_source
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError
-from proctor.requests import Generation, LoglikelihoodResult, all_finished, finished_samples
+from proctor.requests import Chat, Generation, LoglikelihoodResult, all_finished, finished_samples
 
 PromptFormat = Literal["auto", "ids", "text"]
 Scoring = Literal["auto", "echo", "forced"]
+_CHAT_API = "chat-completions"
+_CONTINUE_FIELDS = ("continue_final_message", "add_generation_prompt")  # vLLM's, for a started reply
 _FORCE_BIAS = 100  # the largest logit_bias OpenAI accepts
 _PROBE_TEXT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -109,7 +131,13 @@ class OpenAIBackend:
 
     @property
     def fingerprint(self) -> str:
-        # server-side sampling settings (extra_body) change generations: results are cached apart
+        # server-side sampling settings (extra_body) change generations: results are cached apart.
+        # Chat generations are rendered by the server's template, not from the tokens the local
+        # one gave, and that needs nothing more here: a chat request's key holds its messages
+        # (what the server is sent), the engine's fingerprint the local template's digest, and
+        # the server's own template is part of the server (base URL, served model), as its
+        # weights are. Chat rows never went to /completions, so no cached result of the same
+        # key was made from a rendered prompt.
         extra = json.dumps(self.extra_body, sort_keys=True) if self.extra_body else ""
         return (f"openai:{strip_credentials(self.base_url)}|model={self.model}|tokenizer={self.tokenizer_identity}"
                 f"|max_length={self.max_length}|scoring={self.scoring}" + (f"|extra={extra}" if extra else ""))
@@ -145,10 +173,19 @@ class OpenAIBackend:
         self.requests_sent += 1
         return self.client.post(body)
 
-    def _post_all(self, bodies: Sequence[dict]):
-        """(index, reply) as replies arrive, at most `concurrency` in flight."""
-        self.requests_sent += len(bodies)
-        return self.client.map(self.client.post, bodies)
+    def _post_all(self, posts: Sequence[tuple[str, dict]]):
+        """(index, reply) to each (path, body) as replies arrive, at most `concurrency` in flight."""
+        self.requests_sent += len(posts)
+        return self.client.map(self._post_to, posts)
+
+    def _post_to(self, post: tuple[str, dict]) -> dict:
+        path, body = post
+        try:
+            return self.client.post(body, path=path)
+        except ServerRejected as e:
+            if path != CHAT_COMPLETIONS:
+                raise
+            raise _chat_rejected(self.base_url + CHAT_COMPLETIONS, e, body) from None
 
     def _format(self) -> str:
         """ids or text: whether the server takes a token-id prompt (asked once, with a tiny request)."""
@@ -172,7 +209,7 @@ class OpenAIBackend:
         mode = self._scoring()
         queries = [q for i, row in enumerate(rows) for j in range(len(row.readouts)) for q in self._queries(i, row, j, mode)]
         totals: dict[tuple[int, int], list[tuple[float, bool]]] = {}
-        for k, reply in self._post_all([q.body for q in queries]):
+        for k, reply in self._post_all([(COMPLETIONS, q.body) for q in queries]):
             q = queries[k]
             found = self._echo_read(reply, q.prompt, q.first) if mode == "echo" else [self._forced_read(reply, q.target)]
             totals.setdefault((q.row, q.readout), []).extend(found)
@@ -274,38 +311,93 @@ class OpenAIBackend:
         self, rows: Sequence[GenRow], on_done: Optional[Callable[[int, tuple[Generation, ...]], None]] = None
     ) -> list[tuple[Generation, ...]]:
         jobs = [(i, k) for i, row in enumerate(rows) for k in range(len(row.seeds))]
-        bodies = [self._generation_body(rows[i], rows[i].seeds[k]) for i, k in jobs]
+        posts = [self._generation_post(rows[i], rows[i].seeds[k]) for i, k in jobs]
         results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
-        for n, reply in self._post_all(bodies):
+        for n, reply in self._post_all(posts):
             i, k = jobs[n]
-            results[i][k] = self._generation(reply, rows[i])
+            row = rows[i]
+            results[i][k] = self._generation(reply, row) if row.chat is None else self._chat_generation(reply, row)
             if on_done is not None and (done := finished_samples(results[i])) is not None:
                 on_done(i, done)
         return all_finished(results)
 
-    def _generation_body(self, row: GenRow, seed: int) -> dict:
-        fields: dict[str, Any] = {"max_tokens": row.max_new_tokens}
-        if row.do_sample:
-            fields.update(temperature=row.temperature, top_p=row.top_p, seed=seed & 0x7FFFFFFF)
-        else:
-            fields.update(temperature=0, top_p=1)
-        if row.stop:
-            fields["stop"] = list(row.stop)
-        return self._body(row.tokens, **fields)
+    def _generation_post(self, row: GenRow, seed: int) -> tuple[str, dict]:
+        """(path, body) of one sample: a chat's messages to chat completions, else the prompt tokens."""
+        if row.chat is None:
+            return COMPLETIONS, self._body(row.tokens, **_decoding_fields(row, seed))
+        messages, started = _chat_messages(row.chat)
+        body = {**self.extra_body, "model": self.model, "messages": messages, **_decoding_fields(row, seed)}
+        if started:  # vLLM's extensions: continue the last (assistant) message, open no new turn
+            body.update(continue_final_message=True, add_generation_prompt=False)
+        return CHAT_COMPLETIONS, body
 
     def _generation(self, reply: dict, row: GenRow) -> Generation:
         choice = _choice(reply, self.base_url)
         text = choice.get("text")
         if not isinstance(text, str):
             raise _malformed(self.base_url, "a choice without text")
+        return self._finished(text, reply, choice, row)
+
+    def _chat_generation(self, reply: dict, row: GenRow) -> Generation:
+        url = self.base_url + CHAT_COMPLETIONS
+        choice = _choice(reply, url, _CHAT_API)
+        message = choice.get("message")
+        if not isinstance(message, dict) or "content" not in message:
+            raise _malformed(url, "a choice without message.content", _CHAT_API)
+        content = message["content"]
+        if content is not None and not isinstance(content, str):
+            raise _malformed(url, f"a message.content that is not text ({type(content).__name__})", _CHAT_API)
+        return self._finished(content or "", reply, choice, row)  # OpenAI: null content is no text
+
+    def _finished(self, text: str, reply: dict, choice: dict, row: GenRow) -> Generation:
+        """The sample: `text` cut at the first stop string, its token count and finish reason."""
         cut = find_stop(text, row.stop)
         if cut is not None:
             text = text[:cut]
-        usage = reply.get("usage") or {}
-        tokens = usage.get("completion_tokens")
+        usage = reply.get("usage")
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if not isinstance(tokens, int):
             tokens = len(self.tokenizer.encode(text, add_special_tokens=False))
         return Generation(text, tokens, _finish_reason(choice, row, cut is not None))
+
+
+def _decoding_fields(row: GenRow, seed: int) -> dict[str, Any]:
+    """max_tokens, temperature/top_p (greedy: temperature 0), the sample's seed, and stop."""
+    fields: dict[str, Any] = {"max_tokens": row.max_new_tokens}
+    if row.do_sample:
+        fields.update(temperature=row.temperature, top_p=row.top_p, seed=seed & 0x7FFFFFFF)
+    else:
+        fields.update(temperature=0, top_p=1)
+    if row.stop:
+        fields["stop"] = list(row.stop)
+    return fields
+
+
+def _chat_messages(chat: Chat) -> tuple[list[dict], bool]:
+    """The messages a chat-completions server is sent, and whether the last is a started
+    assistant reply to continue: the chat's own (`continue_final`), or its `suffix`, appended
+    to that reply or else sent as an assistant message of its own."""
+    messages = [m.to_dict() for m in chat.messages]
+    if not chat.suffix:
+        return messages, chat.continue_final
+    if chat.continue_final:
+        messages[-1] = {**messages[-1], "content": messages[-1]["content"] + chat.suffix}
+    else:
+        messages.append({"role": "assistant", "content": chat.suffix})
+    return messages, True
+
+
+def _chat_rejected(url: str, e: ServerRejected, body: dict) -> UserError:
+    """A clearer error for a chat-completions request the server refused."""
+    if e.status in (404, 405):  # no such endpoint (vLLM also answers 404 for a model it does not serve)
+        return UserError(f"{e}; chat prompts are generated through POST {url}, which this server does not "
+                         f"have (or not for model {body.get('model')!r}): serve the model with an OpenAI-compatible "
+                         "chat-completions API (vLLM, llama.cpp's server), or run the tasks without chat format "
+                         "(no --chat-template)")
+    if body.get("continue_final_message") and any(f in str(e) for f in _CONTINUE_FIELDS):
+        return ServerRejected(e.status, f"{e}; a started assistant reply needs a server that takes vLLM's "
+                              "continue_final_message and add_generation_prompt fields (vLLM does, OpenAI does not)")
+    return e
 
 
 def _finish_reason(choice: dict, row: GenRow, cut: bool) -> str:
@@ -321,10 +413,10 @@ def _finish_reason(choice: dict, row: GenRow, cut: bool) -> str:
     return "stop"
 
 
-def _choice(reply: dict, url: str) -> dict:
+def _choice(reply: dict, url: str, api: str = "completions") -> dict:
     choices = reply.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise _malformed(url, "no choices")
+        raise _malformed(url, "no choices", api)
     return choices[0]
 
 
@@ -358,9 +450,10 @@ def _cannot_score(url: str, why: str) -> UserError:
                      "use it for generation tasks only")
 
 
-def _malformed(url: str, what: str) -> UserError:
-    return UserError(f"the server at {url} returned a malformed completion ({what}); "
-                     "is it an OpenAI-compatible completions API?")
+def _malformed(url: str, what: str, api: str = "completions") -> UserError:
+    kind = "chat completion" if api == _CHAT_API else "completion"
+    return UserError(f"the server at {url} returned a malformed {kind} ({what}); "
+                     f"is it an OpenAI-compatible {api} API?")
 
 
 def load_tokenizer(tokenizer: Optional[str], model: str) -> tuple[Any, str]:

@@ -25,6 +25,8 @@ from proctor.backends.redact import redact, redact_url, url_password
 from proctor.errors import UserError
 
 T = TypeVar("T")
+COMPLETIONS = "/completions"
+CHAT_COMPLETIONS = "/chat/completions"
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER = 60.0   # seconds; a larger Retry-After is capped, not obeyed
 _SHOWN_CHARS = 200        # of a server's error message or malformed reply
@@ -45,13 +47,15 @@ class RetryPolicy:
 
 
 class CompletionsClient:
-    """Posts JSON bodies to `{base_url}/completions` with at most `concurrency` in flight."""
+    """Posts JSON bodies to `{base_url}{path}` (`/completions` unless a post names another
+    path, e.g. `/chat/completions`) with at most `concurrency` in flight."""
 
     def __init__(
         self, base_url: str, *, api_key: Optional[str] = None, timeout: float = 600.0,
         concurrency: int = 8, retry: RetryPolicy = RetryPolicy(),
     ):
-        self.url = base_url.rstrip("/") + "/completions"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.url_of(COMPLETIONS)
         self.shown_url = redact_url(self.url)  # what messages name: no password
         self._secrets = (api_key, url_password(self.url))
         self.retry = retry
@@ -62,6 +66,10 @@ class CompletionsClient:
 
     def __repr__(self) -> str:
         return f"CompletionsClient({self.shown_url!r})"
+
+    def url_of(self, path: str) -> str:
+        """The URL a post to `path` goes to (with the base URL's user info, if any)."""
+        return self.base_url + path
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -100,36 +108,36 @@ class CompletionsClient:
                 future.cancel()
             wait(pending)
 
-    def post(self, body: dict, *, retries: Optional[int] = None) -> dict:
-        """The server's JSON reply to one completions request, retrying transient failures
-        (`retries` times, the policy's by default). No message it raises holds the API key or
-        the URL's password, even where the server echoes them back."""
+    def post(self, body: dict, *, path: str = COMPLETIONS, retries: Optional[int] = None) -> dict:
+        """The server's JSON reply to one request to `{base_url}{path}`, retrying transient
+        failures (`retries` times, the policy's by default). No message it raises holds the API
+        key or the URL's password, even where the server echoes them back."""
         try:
-            return self._post(body, self.retry.retries if retries is None else retries)
+            return self._post(self.url_of(path), body, self.retry.retries if retries is None else retries)
         except ServerRejected as e:
             raise ServerRejected(e.status, redact(str(e), self._secrets)) from None
         except UserError as e:
             raise UserError(redact(str(e), self._secrets)) from None
 
-    def _post(self, body: dict, retries: int) -> dict:
+    def _post(self, url: str, body: dict, retries: int) -> dict:
         for attempt in range(retries + 1):
             try:
-                response = self._http.post(self.url, json=body)
+                response = self._http.post(url, json=body)
             except httpx.TimeoutException:
-                failure = (f"the server at {self.url} did not answer within {self._http.timeout.read}s "
+                failure = (f"the server at {url} did not answer within {self._http.timeout.read}s "
                            f"({attempt + 1} tries); raise the timeout or check the server")
                 retry_after = None
             except httpx.TransportError as e:
-                failure = (f"cannot reach the server at {self.url} ({_first_line(e)}, {attempt + 1} tries); "
+                failure = (f"cannot reach the server at {url} ({_first_line(e)}, {attempt + 1} tries); "
                            "is it running, and is the base URL right?")
                 retry_after = None
             else:
                 if response.status_code not in _RETRY_STATUS:
                     if response.status_code >= 400:
-                        raise ServerRejected(response.status_code, f"the server at {self.url} rejected the "
+                        raise ServerRejected(response.status_code, f"the server at {url} rejected the "
                                              f"request (HTTP {response.status_code}): {_server_message(response)}")
-                    return _json(response, self.url)
-                failure = (f"the server at {self.url} kept answering HTTP {response.status_code} "
+                    return _json(response, url)
+                failure = (f"the server at {url} kept answering HTTP {response.status_code} "
                            f"({attempt + 1} tries): {_server_message(response)}; lower the concurrency or retry later")
                 retry_after = _retry_after(response)
             if attempt == retries:

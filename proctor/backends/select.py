@@ -16,7 +16,7 @@ BACKENDS = ("hf", "llamacpp", "openai", "vllm")
 class BackendOptions:
     backend: str = "hf"
     model: str = "smollm2-135m"
-    max_length: int = 2048
+    max_length: Optional[int] = 2048        # None: the model's context length (lm-eval's default)
     device: Optional[str] = None            # hf
     dtype: str = "auto"                     # hf, vllm
     seed: int = 0                           # vllm's engine seed
@@ -92,7 +92,8 @@ def open_backend(options: BackendOptions) -> Backend:
         if not o.base_url:
             raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
         extra: dict[str, Any] = {} if o.concurrency is None else {"concurrency": o.concurrency}
-        return load_openai_backend(o.base_url, o.model, tokenizer=o.tokenizer, max_length=o.max_length,
+        # lm-eval's API models default to 2048 tokens: a server does not say its model's length
+        return load_openai_backend(o.base_url, o.model, tokenizer=o.tokenizer, max_length=o.max_length or 2048,
                                    scoring=o.openai_scoring, extra_body=o.openai_extra, **extra)
     from proctor.backends.vllm_backend import load_vllm_backend
 

@@ -370,11 +370,12 @@ def check_settings(max_length: int, tensor_parallel_size: int, gpu_memory_utiliz
 
 
 def load_vllm_backend(
-    model: str, *, dtype: str = "auto", max_length: int = 2048, vllm_for_mc: bool = False,
+    model: str, *, dtype: str = "auto", max_length: Optional[int] = 2048, vllm_for_mc: bool = False,
     tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, seed: int = 0,
 ) -> VLLMBackend:
-    """Load `model` (hub id, local dir, .gguf file, or alias) into vLLM on this machine's GPUs."""
-    check_settings(max_length, tensor_parallel_size, gpu_memory_utilization)
+    """Load `model` (hub id, local dir, .gguf file, or alias) into vLLM on this machine's GPUs;
+    `max_length` None: the model's context length less the one position a scored token needs."""
+    check_settings(2 if max_length is None else max_length, tensor_parallel_size, gpu_memory_utilization)
     vllm_version = require_vllm()
     import torch
     from transformers import AutoTokenizer
@@ -387,9 +388,15 @@ def load_vllm_backend(
         raise UserError(f"tensor parallel size {tensor_parallel_size} needs that many GPUs; "
                         f"{torch.cuda.device_count()} visible")
     directory, identity = model_directory(resolve_source(model))
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    if max_length is None:
+        from transformers import AutoConfig
+
+        from proctor.backends.hf import model_context_length
+
+        max_length = model_context_length(AutoConfig.from_pretrained(str(directory)), tokenizer) - 1
     check_positions(directory, max_length)
     dtype_name = str(resolve_dtype(dtype, torch.device("cuda"))).removeprefix("torch.")
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
     from vllm import LLM
 
     try:

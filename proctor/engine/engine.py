@@ -15,6 +15,7 @@ from typing import Container, Iterable, Optional, Sequence, Union
 
 from proctor.engine.backend import Backend
 from proctor.engine.cache import ResultCache
+from proctor.engine.chat import ChatTemplate
 from proctor.engine.distributed import SINGLE, DistributedContext, Pool
 from proctor.engine.generate import run_generation
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
@@ -56,6 +57,8 @@ class Engine:
         deterministic: bool = False,
         seed: int = DEFAULT_SEED,
         distributed: DistributedContext = SINGLE,
+        olmes_max_length: Optional[int] = None,
+        chat_template: Optional[ChatTemplate] = None,
     ):
         self.backend = backend
         self.seed = seed
@@ -71,7 +74,12 @@ class Engine:
             self.limits = BatchLimits(max_rows=1)
         self.cache = cache
         self.progress = progress
-        self.policy = TokenizationPolicy(backend.tokenizer, max_length=backend.max_length)
+        # the OLMES policy's window may be shorter than the backend's (which the lm-eval
+        # policy uses: the model's context length); rolling documents use the OLMES one
+        if olmes_max_length is not None and not 0 < olmes_max_length <= backend.max_length:
+            raise ValueError(f"olmes_max_length {olmes_max_length} must be in 1..{backend.max_length}")
+        self.policy = TokenizationPolicy(backend.tokenizer, max_length=olmes_max_length or backend.max_length,
+                                         lm_eval_max_length=backend.max_length, chat_template=chat_template)
         # request key -> context tokens left truncation cut (to --max-length); scoring warns
         self.truncated: dict[str, int] = {}
         self.share_prefixes = backend.shares_prefixes
@@ -84,6 +92,10 @@ class Engine:
     def fingerprint(self) -> str:
         """Cache-key prefix: the backend's identity plus the tokenization policy version."""
         mode = "|deterministic" if self.deterministic else ""
+        if self.policy.max_length != self.backend.max_length:
+            mode += f"|olmes_max_length={self.policy.max_length}"
+        if self.policy.chat_template is not None:
+            mode += f"|chat={self.policy.chat_template.digest}"
         return f"{self.backend.fingerprint}|tokens={POLICY_VERSION}{mode}"
 
     def plan(self, requests: Sequence[Scored]) -> list[Batch]:
@@ -98,7 +110,7 @@ class Engine:
 
     def _windows(self, plain: dict[str, Loglikelihood]) -> list:
         """Each request's window; notes in `truncated` the ones left truncation cut."""
-        found = self.policy.windows([(r.context, r.continuation) for r in plain.values()])
+        found = self.policy.request_windows(list(plain.values()))
         self.truncated.update((k, w.dropped) for k, w in zip(plain, found) if w.dropped)
         return found
 

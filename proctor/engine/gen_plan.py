@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from proctor.errors import UserError
-from proctor.requests import Generate
+from proctor.requests import Chat, Generate
 
 DEFAULT_SEED = 1234
 
@@ -33,6 +33,9 @@ class GenRow:
     temperature: float
     top_p: float
     seeds: tuple[int, ...]         # one per sample drawn from this row (greedy: one, unused)
+    #: the request's chat, when its context is one: what a chat-completions server is sent
+    #: instead of `tokens` (the same prompt, rendered by proctor's tokenization policy)
+    chat: Optional[Chat] = None
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,8 @@ def plan_generation(
         chunk = limits.samples_per_row(len(tokens) + req.max_gen_toks)
         for first in range(0, n, chunk):
             seeds = tuple(sample_seed(run_seed, key, i) for i in range(first, min(n, first + chunk)))
-            row = GenRow(tokens, req.max_gen_toks, req.stop, req.do_sample, req.temperature, req.top_p, seeds)
+            chat = req.context if isinstance(req.context, Chat) else None
+            row = GenRow(tokens, req.max_gen_toks, req.stop, req.do_sample, req.temperature, req.top_p, seeds, chat)
             rows.append(PlannedGen(key, first, row))
     batches: list[GenBatch] = []
     current: list[PlannedGen] = []

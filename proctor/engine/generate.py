@@ -97,13 +97,15 @@ def run_generation(engine: Host, requests: Sequence[Generate]) -> list[GenerateR
         if len(pool.known) == len(unique) and engine.cache is not None:  # noted when they were planned
             engine.truncated.update(engine.cache.get_truncated(engine.fingerprint, keys))
         else:
-            contexts = engine.policy.generation_contexts([(unique[k].context, unique[k].max_gen_toks) for k in keys])
+            contexts = engine.policy.request_generation_contexts([unique[k] for k in keys])
             dropped = {k: c.dropped for k, c in zip(keys, contexts) if c.dropped}
             engine.truncated.update(dropped)
             if engine.cache is not None:
                 engine.cache.put_truncated(engine.fingerprint, dropped)
         if len(pool.known) < len(unique):
-            batches = plan_generation([(k, unique[k], c.tokens) for k, c in zip(keys, contexts)],
+            # a chat also stops at its template's end of turn (the row's stop strings)
+            batches = plan_generation([(k, replace(unique[k], stop=engine.policy.stop(unique[k])), c.tokens)
+                                       for k, c in zip(keys, contexts)],
                                       generation_limits(engine), engine.seed)
             stats.gen_batches = len(batches)
             runner = _Runner(engine, unique, fingerprints, pool, progress)

@@ -35,15 +35,28 @@ Rolling documents (`rolling_windows`: perplexity/BPB offline and in-loop alike):
   chunk's last target (adjacent chunks share one token, earlier context is discarded).
 - A text that encodes to no tokens has no chunks (an empty document is skipped).
 
+The lm-eval policy (requests with `policy="lm_eval"`, the lm-eval-format specs) differs
+in two ways, as lm-eval 0.4.13's HFLM does: texts are encoded WITH the tokenizer's special
+tokens (`tok_encode`/`tok_batch_encode`: BOS for Llama/Gemma-style tokenizers, nothing for
+GPT-2/SmolLM-style ones) unless the text already starts with the BOS (loglikelihood: the
+decoded prefix token; generation: `bos_token`), and its context window is the model's
+(`lm_eval_max_length`) instead of the OLMES default. An empty loglikelihood context is
+handled as above under both policies.
+
+Chat contexts (`proctor.requests.Chat`) are rendered with the run's chat template
+(`proctor.engine.chat.render`) and then tokenized as text under the request's policy.
+
 Every backend and the in-loop path must tokenize through this module.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
 
+from proctor.engine.chat import ChatTemplate, end_of_turn, render
 from proctor.errors import UserError
+from proctor.requests import Chat, Context, Generate, Loglikelihood
 
 # Bump when the policy's output could change; it is part of every resume-cache key.
 POLICY_VERSION = "olmes-1"
@@ -127,36 +140,108 @@ def rolling_windows(tokens: Sequence[int], prefix_token: int, max_length: int) -
     return out
 
 
-class TokenizationPolicy:
-    """Encodes (context, continuation) pairs, in bulk: each distinct text is encoded once."""
+R = TypeVar("R")
+T = TypeVar("T")
 
-    def __init__(self, tokenizer: TextEncoder, *, max_length: int):
-        if max_length < 1:
-            raise ValueError(f"max_length must be positive, got {max_length}")
+
+def _by_policy(items: Sequence[R], policy_of: Callable[[R], str],
+               run: Callable[[list[R], str], list[T]]) -> list[T]:
+    """`run` on each policy's items, results back in the items' order."""
+    out: list = [None] * len(items)
+    for policy in dict.fromkeys(policy_of(x) for x in items):
+        at = [i for i, x in enumerate(items) if policy_of(x) == policy]
+        for i, result in zip(at, run([items[i] for i in at], policy)):
+            out[i] = result
+    return out
+
+
+class TokenizationPolicy:
+    """Encodes requests' texts, in bulk: each distinct text is encoded once.
+
+    `max_length` is the OLMES policy's context window (and the rolling documents');
+    `lm_eval_max_length` the lm-eval policy's (default: the same). `chat_template` renders
+    chat contexts; a chat request without one is an error.
+    """
+
+    def __init__(self, tokenizer: TextEncoder, *, max_length: int, lm_eval_max_length: Optional[int] = None,
+                 chat_template: Optional[ChatTemplate] = None):
+        for n in (max_length, lm_eval_max_length or max_length):
+            if n < 1:
+                raise ValueError(f"max_length must be positive, got {n}")
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.lm_eval_max_length = lm_eval_max_length or max_length
+        self.chat_template = chat_template
         self.prefix_token_id = prefix_token_id(tokenizer)
+        self._end_of_turn: Optional[tuple[str, ...]] = None
 
-    def _encode_texts(self, texts: Sequence[str]) -> dict[str, tuple[int, ...]]:
-        """Token ids of each distinct text; a fast tokenizer encodes them in parallel batches."""
+    def max_length_of(self, policy: str) -> int:
+        return self.lm_eval_max_length if policy == "lm_eval" else self.max_length
+
+    # ---- chat -----------------------------------------------------------------------
+
+    def text(self, context: Context, policy: str = "olmes") -> str:
+        """A request's context as text: a chat rendered with the run's template."""
+        if isinstance(context, str):
+            return context
+        if self.chat_template is None:
+            raise UserError("a task asked for a chat prompt but the run has no chat template; "
+                            "pass --chat-template (the tokenizer's) or --chat-template FILE")
+        return render(context, self.chat_template, self.tokenizer, drop_system_on_error=policy == "lm_eval")
+
+    def stop(self, request: Generate) -> tuple[str, ...]:
+        """A generation's stop strings: the request's, and for a chat the template's end of turn."""
+        if not isinstance(request.context, Chat) or self.chat_template is None:
+            return request.stop
+        if self._end_of_turn is None:
+            self._end_of_turn = end_of_turn(self.chat_template, self.tokenizer)
+        return request.stop + tuple(s for s in self._end_of_turn if s not in request.stop)
+
+    # ---- encoding ---------------------------------------------------------------------
+
+    def _no_special_prefix(self, kind: str) -> Optional[str]:
+        """lm-eval adds no special tokens to a text that starts with this (its BOS check):
+        loglikelihood compares the decoded prefix token, generation `bos_token`."""
+        if kind == "loglikelihood":
+            decode: Any = getattr(self.tokenizer, "decode", None)
+            return decode([self.prefix_token_id]) if decode else None
+        bos = getattr(self.tokenizer, "bos_token", None)
+        return bos if isinstance(bos, str) and bos else None
+
+    def _encode_texts(self, texts: Sequence[str], policy: str = "olmes",
+                      kind: str = "loglikelihood") -> dict[str, tuple[int, ...]]:
+        """Token ids of each distinct text; a fast tokenizer encodes them in parallel batches.
+
+        The OLMES policy never adds special tokens; the lm-eval one adds the tokenizer's
+        unless the text starts with its BOS (`_no_special_prefix`)."""
         distinct = list(dict.fromkeys(texts))
+        if policy != "lm_eval":
+            return self._encode_plain(distinct, special=False)
+        skip = self._no_special_prefix(kind)
+        plain = [t for t in distinct if skip and t.startswith(skip)]
+        return {**self._encode_plain(plain, special=False),
+                **self._encode_plain([t for t in distinct if not (skip and t.startswith(skip))], special=True)}
+
+    def _encode_plain(self, distinct: Sequence[str], *, special: bool) -> dict[str, tuple[int, ...]]:
         if getattr(self.tokenizer, "is_fast", False):
             ids: list = []
             for i in range(0, len(distinct), _ENCODE_CHUNK):
-                chunk = distinct[i : i + _ENCODE_CHUNK]
-                ids.extend(self.tokenizer(chunk, add_special_tokens=False)["input_ids"])  # type: ignore[operator]
+                chunk = list(distinct[i : i + _ENCODE_CHUNK])
+                if chunk:
+                    ids.extend(self.tokenizer(chunk, add_special_tokens=special)["input_ids"])  # type: ignore[operator]
         else:
-            ids = [self.tokenizer.encode(t, add_special_tokens=False) for t in distinct]
+            ids = [self.tokenizer.encode(t, add_special_tokens=special) for t in distinct]
         return {t: tuple(x) for t, x in zip(distinct, ids)}
 
-    def encode_many(self, pairs: Sequence[tuple[str, str]]) -> list[EncodedPair]:
+    def encode_many(self, pairs: Sequence[tuple[str, str]], policy: str = "olmes") -> list[EncodedPair]:
         moved = [split_trailing_space(c, x) for c, x in pairs]
-        texts = [x if c == "" else t for c, x in moved for t in (c, c + x)]
-        encoded = self._encode_texts(texts)
+        encoded = self._encode_texts([t for c, x in moved if c != "" for t in (c, c + x)], policy)
+        # an empty context: the continuation alone, without special tokens (both policies)
+        alone = self._encode_texts([x for c, x in moved if c == ""])
         out = []
         for context, continuation in moved:
             if context == "":
-                cont = encoded[continuation]
+                cont = alone[continuation]
                 if cont and cont[0] == self.prefix_token_id:
                     pair = EncodedPair(cont[:1], cont[1:])
                 else:
@@ -169,18 +254,24 @@ class TokenizationPolicy:
             out.append(pair)
         return out
 
-    def encode(self, context: str, continuation: str) -> EncodedPair:
-        return self.encode_many([(context, continuation)])[0]
+    def encode(self, context: str, continuation: str, policy: str = "olmes") -> EncodedPair:
+        return self.encode_many([(context, continuation)], policy)[0]
 
-    def window(self, context: str, continuation: str) -> Window:
-        return window(self.encode(context, continuation), self.max_length)
+    def window(self, context: str, continuation: str, policy: str = "olmes") -> Window:
+        return window(self.encode(context, continuation, policy), self.max_length_of(policy))
 
-    def windows(self, pairs: Sequence[tuple[str, str]]) -> list[Window]:
+    def windows(self, pairs: Sequence[tuple[str, str]], policy: str = "olmes") -> list[Window]:
         """Windows of many pairs, encoded a chunk at a time so only one chunk's texts are held."""
         out: list[Window] = []
+        n = self.max_length_of(policy)
         for i in range(0, len(pairs), _ENCODE_CHUNK):
-            out.extend(window(p, self.max_length) for p in self.encode_many(pairs[i : i + _ENCODE_CHUNK]))
+            out.extend(window(p, n) for p in self.encode_many(pairs[i : i + _ENCODE_CHUNK], policy))
         return out
+
+    def request_windows(self, requests: Sequence[Loglikelihood]) -> list[Window]:
+        """Each loglikelihood request's window, under its own policy, chats rendered."""
+        return _by_policy(requests, lambda r: r.policy, lambda group, policy: self.windows(
+            [(self.text(r.context, policy), r.continuation) for r in group], policy))
 
     def rolling_windows(self, texts: Sequence[str]) -> list[list[Window]]:
         """Each text's chunks (`rolling_windows`); a text with no tokens has none."""
@@ -191,17 +282,23 @@ class TokenizationPolicy:
             out.extend(rolling_windows(encoded[t], self.prefix_token_id, self.max_length) for t in chunk)
         return out
 
-    def generation_contexts(self, requests: Sequence[tuple[str, int]]) -> list[GenerationContext]:
+    def generation_contexts(self, requests: Sequence[tuple[str, int]], policy: str = "olmes") -> list[GenerationContext]:
         """Model input tokens of (context, max_gen_toks) pairs, left-truncated to leave room."""
         out: list[GenerationContext] = []
+        n = self.max_length_of(policy)
         for i in range(0, len(requests), _ENCODE_CHUNK):
             chunk = requests[i : i + _ENCODE_CHUNK]
-            encoded = self._encode_texts([c for c, _ in chunk])
+            encoded = self._encode_texts([c for c, _ in chunk], policy, kind="generation")
             for context, max_gen_toks in chunk:
-                room = context_room(self.max_length, max_gen_toks)
+                room = context_room(n, max_gen_toks)
                 tokens = encoded[context] or (self.prefix_token_id,)
                 out.append(GenerationContext(tokens[-room:], max(0, len(tokens) - room)))
         return out
+
+    def request_generation_contexts(self, requests: Sequence[Generate]) -> list[GenerationContext]:
+        """Each generation request's model input, under its own policy, chats rendered."""
+        return _by_policy(requests, lambda r: r.policy, lambda group, policy: self.generation_contexts(
+            [(self.text(r.context, policy), r.max_gen_toks) for r in group], policy))
 
 
 @dataclass(frozen=True)

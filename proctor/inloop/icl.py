@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import Dataset
 
 from proctor.engine.tokens import TokenizationPolicy
+from proctor.requests import Loglikelihood, Policy
 from proctor.errors import UserError, check_positive_int
 from proctor.inloop.batching import collate_items, pad_token_id
 
@@ -47,6 +48,7 @@ class ChoiceDoc:
     prompt: str
     continuations: tuple[str, ...]
     label: int
+    policy: Policy = "olmes"     # the tokenization its spec's offline requests follow
 
 
 def no_leading_space(continuation: str) -> str:
@@ -76,18 +78,18 @@ class ICLDataset(Dataset):
         self.model_ctx_len = model_ctx_len
         self.pad_token_id = pad_token_id(tokenizer)
         self.num_documents = len(docs)
-        pairs, meta = [], []
+        requests, meta = [], []
         for doc_id, doc in enumerate(docs):
             if not doc.continuations or not 0 <= doc.label < len(doc.continuations):
                 raise ValueError(f"{what}: document {doc_id} has label {doc.label} for "
                                  f"{len(doc.continuations)} continuations")
             for cont_id, cont in enumerate(doc.continuations):
-                pairs.append((doc.prompt, cont))
+                requests.append(Loglikelihood(doc.prompt, cont, doc.policy))
                 meta.append((doc_id, cont_id, doc.label, len(doc.continuations), len(cont),
                              len(cont.encode("utf-8")), len(no_leading_space(cont).encode("utf-8"))))
         policy = TokenizationPolicy(tokenizer, max_length=model_ctx_len)
         try:
-            windows = policy.windows(pairs)
+            windows = policy.request_windows(requests)
         except ValueError as e:  # a continuation longer than the window
             raise UserError(f"{what}: {e}; raise model_ctx_len") from None
         self._inputs = [torch.tensor(w.inputs, dtype=torch.int32) for w in windows]
@@ -177,7 +179,10 @@ class ICLTask(ICLDataset):
                 if not inst.continuations:
                     raise UserError(f"{task.config.name} is not a multiple-choice task; "
                                     "in-loop ICL needs continuations to rank")
-                docs.append(ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label))
+                if not isinstance(inst.prompt, str):
+                    raise UserError(f"{task.config.name}: in-loop evaluation scores plain-text prompts, "
+                                    "not chats")
+                docs.append(ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label, inst.policy))
                 self.query_ids.append(inst.query_id)
         if not docs:
             raise UserError(f"{self.spec}: no documents to evaluate")

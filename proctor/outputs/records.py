@@ -25,7 +25,9 @@ from proctor.tasks.config import TaskConfig
 
 #: 2: the first versioned format (metrics.json gained `format_version`, tasks their `kind`,
 #: perplexity tasks their sidecar rows)
-FORMAT_VERSION = 2
+#: 3: chat format — task_config gained `chat` and `system_instruction`, model_config
+#: `olmes_max_length`, `chat_template` and `chat_template_sha256`; requests may hold chats
+FORMAT_VERSION = 3
 
 JSON = Any                       # a JSON value: None, bool, int, float, str, list, dict
 NativeId = Union[int, str]       # the dataset's own id of a document
@@ -373,7 +375,7 @@ class TaskRecord:
                      sidecar: tuple[QueryMetadata, ...]) -> "TaskRecord":
         generation, perplexity = entry.get("generation"), entry.get("perplexity")
         return cls(
-            name=name, kind=entry["kind"], config=TaskConfig(**entry["task_config"]),
+            name=name, kind=entry["kind"], config=TaskConfig.from_dict(entry["task_config"]),
             num_instances=entry["num_instances"], primary_metric=entry["primary_metric"],
             metrics={k: MetricSummary(**m) for k, m in entry["metrics"].items()},
             processing_time=entry["processing_time"], warnings=tuple(entry["warnings"]),
@@ -441,10 +443,13 @@ class ModelRecord:
     fingerprint: str                # the cache's identity of weights, dtype, device, max_length
     dtype: str
     device: str
-    max_length: int
+    max_length: int                 # the backend's context window (lm-eval-format specs use it)
     batch_size: Union[int, str]
     deterministic: bool
     seed: int
+    olmes_max_length: Optional[int] = None   # OLMES specs' window, where shorter than max_length
+    chat_template: Optional[str] = None      # chats rendered with: "tokenizer" or a file's path
+    chat_template_sha256: Optional[str] = None   # its digest (first 16 hex digits)
     backend_config: Mapping[str, JSON] = field(default_factory=dict)   # the backend's own settings
 
     def to_dict(self) -> dict[str, JSON]:

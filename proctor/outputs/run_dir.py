@@ -19,7 +19,7 @@ from proctor.outputs.records import (
     FORMAT_VERSION, RECORD_READERS, SIDECAR_COLUMNS, EngineRecord, ModelRecord, QueryMetadata, RunConfig,
     RunRecord, SpecScore, TaskRecord, Timing,
 )
-from proctor.outputs.requests_file import request_rows
+from proctor.outputs.requests_file import Render, request_rows
 from proctor.outputs.typecheck import check_fields
 
 METRICS = "metrics.json"
@@ -69,16 +69,18 @@ def write_sidecar(directory: Path, rows: Sequence[QueryMetadata]) -> None:
 
 
 def write_run_directory(final: Path, record: RunRecord, *, overwrite: bool = False, option: str = "output",
-                        requests: Optional[Mapping[str, Sequence[Any]]] = None) -> None:
+                        requests: Optional[Mapping[str, Sequence[Any]]] = None,
+                        render: Optional[Render] = None) -> None:
     """Assemble the run directory beside `final` and move it into place whole; with
-    `requests` (task name -> its instances) also each task's requests.jsonl.
+    `requests` (task name -> its instances) also each task's requests.jsonl (chats with their
+    prompt as `render` gives it).
     metrics.json is written last, as the mark of a whole run."""
     with staged_directory(final, overwrite=overwrite, option=option) as stage:
         for name, task in record.tasks.items():
             task_dir = stage / task_dir_name(name)
             write_jsonl(task_dir / "predictions.jsonl", (r.to_dict() for r in task.records))
             if requests is not None:
-                write_jsonl(task_dir / "requests.jsonl", request_rows(requests[name]))
+                write_jsonl(task_dir / "requests.jsonl", request_rows(requests[name], render))
         write_sidecar(stage, [row for task in record.tasks.values() for row in task.sidecar])
         write_json(stage / METRICS, record.metrics_json())
 

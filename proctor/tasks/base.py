@@ -16,8 +16,8 @@ from proctor.metrics import Stat
 from proctor.outputs.records import (
     GenerationSettings, PerplexityTotals, QueryMetadata, Record, TaskKind,
 )
-from proctor.requests import Loglikelihood, Request
-from proctor.tasks.config import TaskConfig
+from proctor.requests import Context, Loglikelihood, Policy, Request
+from proctor.tasks.config import ChatFormat, TaskConfig
 
 __all__ = ["Instance", "Scored", "Task", "TaskConfig", "Work", "about", "assign_query_ids",
            "check_limit", "number_docs", "sidecar_row", "spec_sample"]
@@ -51,22 +51,27 @@ class Instance:
     task: str                                   # TaskConfig.name
     doc_id: int                                 # position in the task's final doc list
     native_id: Any                              # the dataset's own id (may repeat)
-    prompt: str                                 # full prompt text (context of each request)
+    prompt: Context                             # full prompt (context of each request): text or a chat
     choices: tuple[str, ...]                    # answer labels as shown: "A".. for MC, texts for RC
     continuations: tuple[str, ...]              # " A".. or " " + text; one request each
     label: int                                  # gold index into choices
     uncond_context: Optional[str] = None        # RC: "Answer:" context for acc_uncond
     metadata: dict = field(default_factory=dict)  # benchmark, subject, reasoning_type, ...
+    policy: Policy = "olmes"                    # whose tokenization its requests follow
+    #: the unconditioned requests' continuations where they differ (OLMES chat format strips
+    #: the conditioned ones' leading space, not these); None: `continuations`
+    uncond_continuations: Optional[tuple[str, ...]] = None
 
     @property
     def requests(self) -> tuple[Loglikelihood, ...]:
-        return tuple(Loglikelihood(self.prompt, c) for c in self.continuations)
+        return tuple(Loglikelihood(self.prompt, c, self.policy) for c in self.continuations)
 
     @property
     def uncond_requests(self) -> tuple[Loglikelihood, ...]:
         if self.uncond_context is None:
             return ()
-        return tuple(Loglikelihood(self.uncond_context, c) for c in self.continuations)
+        continuations = self.continuations if self.uncond_continuations is None else self.uncond_continuations
+        return tuple(Loglikelihood(self.uncond_context, c, self.policy) for c in continuations)
 
     @property
     def gold(self) -> int:
@@ -169,6 +174,19 @@ class Task(ABC):
 
     #: which record type its documents get (`proctor.outputs.records.RECORD_READERS`)
     kind: ClassVar[TaskKind]
+    #: whether the family lays its prompts out as chats when `config.chat` is set
+    supports_chat: ClassVar[bool] = False
+    #: whether its protocol has a system instruction (`config.system_instruction`)
+    supports_system_instruction: ClassVar[bool] = False
+    #: OLMES: the system prompt exists in chat format only
+    system_instruction_needs_chat: ClassVar[bool] = False
+    #: few-shot examples as turns when a run asks for chats without saying (lm-eval's CLI: on)
+    default_multiturn: ClassVar[bool] = True
+
+    def chat_format(self, fewshot_as_multiturn: Optional[bool]) -> ChatFormat:
+        """The chat layout a run's --chat-template gives this task (`fewshot_as_multiturn` None:
+        the protocol's default)."""
+        return ChatFormat(self.default_multiturn if fewshot_as_multiturn is None else fewshot_as_multiturn)
 
     def __init__(self, config: TaskConfig):
         self.config = config

@@ -9,7 +9,9 @@ mean over all 6,511 docs (`weight_by_size: true`), so its primary aggregate is `
   `bbh/bbh/<task>.json`), in order; native_id = row index.
 - Prompt: description + "\\n\\n", then for each of the 3 shots
   "Q: {input}\\nA: Let's think step by step.\\n" + target + "\\n\\n", then
-  "Q: {input}\\nA: Let's think step by step.\\n" (target_delimiter ""). Description and
+  "Q: {input}\\nA: Let's think step by step.\\n" (target_delimiter ""); in chat format
+  the description is the system message and each shot a user and an assistant turn
+  (`proctor.tasks.leaderboard.context`). Tokenized under lm-eval's policy. Description and
   shots come from the release's `cot-prompts/<task>.txt` (lm-eval's YAML `samples` were
   generated from the same files; the text after "A: Let's think step by step." is the
   shot's target, whether the file puts it on a new line or after a space).
@@ -34,7 +36,7 @@ from proctor.tasks.base import TaskConfig
 from proctor.tasks.counts import BBH_TEST
 from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
-from proctor.tasks.prompts import fewshot_prefix
+from proctor.tasks.leaderboard.context import fewshot_context
 
 DATASET = "SaylorTwift/bbh"
 VARIANT = "lm_eval"
@@ -77,6 +79,8 @@ def parse_cot_prompt(text: str, where: str) -> CotPrompt:
 
 
 class BBHTask(GenerationTask):
+    supports_chat = True
+    supports_system_instruction = True
     metric_names = ("exact_match",)
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
@@ -91,18 +95,22 @@ class BBHTask(GenerationTask):
                               data_dir)
         return parse_cot_prompt(text, relative)
 
-    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+    def prompt_prefix(self, data_dir: Optional[Path]) -> CotPrompt:
+        """The description and the spec's shots (its first `num_shots`)."""
         cot = self.cot_prompt(data_dir)
         k = self.config.num_shots
         if k > len(cot.shots):
             raise UserError(f"{self.cot_prompt_file()} has {len(cot.shots)} few-shot examples, "
                             f"{k} were asked for")
-        shots = [doc_to_text(q) + a for q, a in cot.shots[:k]]
-        return fewshot_prefix(cot.description + "\n\n", shots)
+        return CotPrompt(cot.description, cot.shots[:k])
 
-    def doc_request(self, prefix: str, doc: dict) -> Generate:
-        return Generate(context=prefix + doc_to_text(doc["input"]), max_gen_toks=MAX_GEN_TOKS,
-                        stop=STOP, do_sample=False, temperature=0.0)
+    def doc_request(self, prefix: CotPrompt, doc: dict) -> Generate:
+        c = self.config
+        context = fewshot_context(prefix.description + "\n\n", [(doc_to_text(q), a) for q, a in prefix.shots],
+                                  doc_to_text(doc["input"]), target_delimiter="", fewshot_delimiter="\n\n",
+                                  system_instruction=c.system_instruction, chat=c.chat)
+        return Generate(context=context, max_gen_toks=MAX_GEN_TOKS, stop=STOP, do_sample=False,
+                        temperature=0.0, policy="lm_eval")
 
     def doc_target(self, doc: dict) -> str:
         return doc["target"]

@@ -20,7 +20,7 @@ from proctor.metrics import ChoiceScore, aggregate_docs, choice_score, score_mul
 from proctor.outputs.records import ChoiceMetrics, ChoiceOutput, ChoiceRecord
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks.base import Instance, Scored, Task, about, assign_query_ids, check_limit, sidecar_row, spec_sample
-from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, shot_block
+from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, olmes_chat
 from proctor.tasks.spec import spec_format
 
 # OLMES order for split="all": test, then validation, then train (those the task has).
@@ -76,7 +76,17 @@ class RankedChoiceTask(Task):
 
 
 class ChoiceTask(RankedChoiceTask):
-    """OLMES loglikelihood ranking over answer options, MC (letters) or RC (answer texts)."""
+    """OLMES loglikelihood ranking over answer options, MC (letters) or RC (answer texts).
+
+    In chat format (OLMES's `use_chat_format`) the prompt is `olmes_chat` of the same shots and
+    the conditioned continuations lose their leading space (OLMES's `convert_chat_instance`:
+    there is no assistant prefix); the unconditioned requests stay plain text.
+    """
+
+    supports_chat = True
+    default_multiturn = False    # OLMES's fewshot_as_multiturn default; a ::tulu config sets it
+    supports_system_instruction = True   # OLMES's context_kwargs system_instruction
+    system_instruction_needs_chat = True
 
     #: labelled splits this family has, a subset of ALL_SPLITS_ORDER
     splits: tuple[str, ...] = ("test",)
@@ -124,20 +134,26 @@ class ChoiceTask(RankedChoiceTask):
             return tuple(LETTERS[: len(rendered.options)])
         return rendered.options
 
-    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
-        """Description plus few-shot block: the part every doc's prompt starts with."""
+    def shots(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
+        """The spec's few-shot examples as (prompt text, " " + gold label)."""
         k = self.config.num_shots
+        if k == 0:
+            return []
         rows = self.fewshot_rows(data_dir)
         if len(rows) < k:
             source = (f"the {self.fewshot_split} split" if self.fewshot_split
                       else f"its few-shot source {self.config.fewshot_source}")
             raise UserError(f"the spec needs {k} few-shot examples but {source} has only "
                             f"{len(rows)} rows")
-        shots = []
+        out = []
         for row in rows[:k]:
             r = self.render(row)
-            shots.append(shot_block(r.text, self.labels(r)[r.gold]))
-        return fewshot_prefix(self.description(), shots)
+            out.append((r.text, " " + self.labels(r)[r.gold]))
+        return out
+
+    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+        """Description plus few-shot block: the part every doc's prompt starts with."""
+        return fewshot_prefix(self.description(), [text + target for text, target in self.shots(data_dir)])
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
         check_limit(limit)  # before any data is read
@@ -146,21 +162,26 @@ class ChoiceTask(RankedChoiceTask):
 
     def _instances(self, data_dir: Optional[Path], limit: Optional[int]) -> list[Instance]:
         numbered = self.numbered_docs(data_dir, limit)
-        prefix = self.prompt_prefix(data_dir) if self.config.num_shots else self.description()
+        chat = self.config.chat
+        shots = self.shots(data_dir)
+        prefix = fewshot_prefix(self.description(), [text + target for text, target in shots])
         out = []
         for doc_id, doc, qid in numbered:
             r = self.render(doc)
             labels = self.labels(r)
+            spaced = tuple(" " + c for c in labels)
             out.append(Instance(
                 query_id=qid,
                 task=self.config.name,
                 doc_id=doc_id,
                 native_id=doc["native_id"],
-                prompt=prefix + r.text,
+                prompt=prefix + r.text if chat is None else olmes_chat(
+                    self.description(), shots, r.text, chat, self.config.system_instruction),
                 choices=labels,
-                continuations=tuple(" " + c for c in labels),
+                continuations=spaced if chat is None or chat.assistant_prefix else tuple(labels),
                 label=r.gold,
                 uncond_context=None if self.is_mc else UNCOND_CONTEXT,
                 metadata=self.doc_metadata(doc),
+                uncond_continuations=None if chat is None else spaced,
             ))
         return out

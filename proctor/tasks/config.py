@@ -7,6 +7,16 @@ from typing import Optional
 
 
 @dataclass(frozen=True)
+class ChatFormat:
+    """How a task lays its prompts out as chat messages (the model's template renders them)."""
+
+    #: each few-shot example its own user and assistant turn (else all in one user message)
+    fewshot_as_multiturn: bool = True
+    #: OLMES's assistant_prefix: text the reply starts with, after the generation prompt
+    assistant_prefix: str = ""
+
+
+@dataclass(frozen=True)
 class TaskConfig:
     """Everything that defines a task spec's protocol (recorded in metrics.json)."""
 
@@ -26,6 +36,21 @@ class TaskConfig:
     # lm-eval format is "0-shot" with a fixed 6-example QA primer in every prompt.
     effective_shots: Optional[int] = None
     limit: Optional[int] = None     # --limit: only the first N documents of the spec's list
+    #: prompts as chat messages (--chat-template, or a chat variant such as OLMES's ::tulu);
+    #: None: plain text
+    chat: Optional[ChatFormat] = None
+    #: lm-eval's --system_instruction: a system text before the description
+    system_instruction: Optional[str] = None
+    #: generation tasks: (opening, closing) tags of reasoning spans removed before the
+    #: answer is read (--think-tags); None: answers are read from the whole text
+    think_tags: Optional[tuple[str, str]] = None
+
+    @classmethod
+    def from_dict(cls, entry: dict) -> "TaskConfig":
+        """The config as metrics.json's `task_config` holds it (`dataclasses.asdict`)."""
+        chat, tags = entry.get("chat"), entry.get("think_tags")
+        return cls(**{**entry, "chat": ChatFormat(**chat) if isinstance(chat, dict) else chat,
+                      "think_tags": tuple(tags) if isinstance(tags, list) else tags})
 
     def needs(self, field: str) -> str:
         """An optional text field this task's family always sets (subject, fewshot_source, ...)."""

@@ -9,13 +9,13 @@ Metrics are per-doc numbers averaged over docs (pass@k, maj@k and exact match al
 from __future__ import annotations
 
 from abc import abstractmethod
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from proctor.metrics import aggregate_docs
 from proctor.outputs.records import GenerationRecord, GenerationSettings, SampleOutput
-from proctor.requests import Generate, GenerateResult
+from proctor.requests import Context, Generate, GenerateResult
 from proctor.tasks.base import Scored, Task, about, check_limit, sidecar_row
 
 
@@ -32,7 +32,7 @@ class GenerationInstance:
     metadata: dict = field(default_factory=dict)
 
     @property
-    def prompt(self) -> str:
+    def prompt(self) -> Context:
         return self.request.context
 
     @property
@@ -68,12 +68,13 @@ class GenerationTask(Task):
     #: metric names `score` returns for every doc; the config's primary metric is one of them
     metric_names: tuple[str, ...] = ()
 
-    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
-        """Description and few-shot block every doc's prompt starts with."""
+    def prompt_prefix(self, data_dir: Optional[Path]) -> Any:
+        """What every doc's prompt is built from, read once: the description and few-shot block
+        as a prefix string, or (a family that lays prompts out as chats) its few-shot material."""
         return ""
 
     @abstractmethod
-    def doc_request(self, prefix: str, doc: dict) -> Generate:
+    def doc_request(self, prefix: Any, doc: dict) -> Generate:
         """The doc's Generate request; `prefix` is `prompt_prefix()`."""
 
     @abstractmethod
@@ -115,7 +116,13 @@ class GenerationTask(Task):
 
     def score_docs(self, instances: Sequence[GenerationInstance],
                    results: Mapping[str, GenerateResult]) -> Scored:
-        scores = self.score_many(instances, [results[inst.request.key] for inst in instances])
+        raw = [results[inst.request.key] for inst in instances]
+        tags = self.config.think_tags
+        if tags is None:
+            scores = self.score_many(instances, raw)
+        else:  # answers are read without the reasoning; the records keep the raw text
+            scores = [_with_raw_text(s, r) for s, r in
+                      zip(self.score_many(instances, [_without_reasoning(r, tags) for r in raw]), raw)]
         records = [GenerationRecord(query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id,
                                     metrics=score.metrics, model_output=score.model_output,
                                     label=score.correct_answer)
@@ -126,3 +133,25 @@ class GenerationTask(Task):
         names = self.metric_names or (tuple(scores[0].metrics) if scores else ())
         return Scored(records, sidecar, dict(aggregate_docs([s.metrics for s in scores], names)),
                       generation=self.settings(instances))
+
+
+def without_reasoning(text: str, tags: tuple[str, str]) -> str:
+    """The text after the last closing tag, left-stripped (lm-eval's `think_end_token` rule);
+    a text whose reasoning never closed has no answer: the text before its opening tag."""
+    opening, closing = tags
+    if closing in text:
+        return text.split(closing)[-1].lstrip()
+    if opening and opening in text:
+        return text[: text.index(opening)]
+    return text
+
+
+def _without_reasoning(result: GenerateResult, tags: tuple[str, str]) -> GenerateResult:
+    return GenerateResult(tuple(replace(s, text=without_reasoning(s.text, tags)) for s in result.samples))
+
+
+def _with_raw_text(score: DocScore, raw: GenerateResult) -> DocScore:
+    """The doc's score with each sample's generated text, the answer text in `details`."""
+    outputs = tuple(replace(out, text=sample.text, details={**out.details, "answer_text": out.text})
+                    for out, sample in zip(score.model_output, raw.samples))
+    return replace(score, model_output=outputs)

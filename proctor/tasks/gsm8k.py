@@ -14,30 +14,42 @@ Specs:
   overrides sampling and repeats (OLMES's gsm8k.py itself was not in the searched corpus;
   its defaults are as quoted by ports of it and the OLMo-3 evaluation protocol).
 
-Both: test split, 1,319 docs in order; native_id = row index (OLMES maps the split with
+- `gsm8k::tulu` — OLMES's chat variant (tasks.py `"gsm8k::tulu"`: use_chat_format, 8 shots
+  of STD:GSM8k, exact_match), greedy as gsm8k::olmes.
+
+In chat format (gsm8k::tulu, or --chat-template on the others) the GSM8K class's
+chat_overrides apply (allenai/olmes oe_eval/tasks/oe_eval_tasks/gsm8k.py): assistant_prefix
+"Answer:", few-shot as multiturn — user "Question: q" (the trailing "Answer:" cut), assistant
+"Answer: <cot>" —, the rendered template followed by "Answer:", and stop sequences
+["Question:", "</s>", "<|im_end|>"] ("\n\n" is dropped).
+
+All: test split, 1,319 docs in order; native_id = row index (OLMES maps the split with
 `with_indices=True` into field `id`); prompt = 8 shots of STD:GSM8k
 ("Question: q\\nAnswer: <cot>") then "Question: q\\nAnswer:".
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
 from proctor.data import load_fewshot, load_split
 from proctor.metrics.answers import extract_last_number, gsm8k_gold, gsm8k_match
 from proctor.metrics.samples import sampled_metrics
-from proctor.requests import Generate, GenerateResult
+from proctor.requests import Context, Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
-from proctor.tasks.prompts import fewshot_prefix, make_cloze_prompt, shot_block
+from proctor.tasks.config import ChatFormat
+from proctor.tasks.prompts import fewshot_prefix, make_cloze_prompt, olmes_chat
 
 DATASET = "openai/gsm8k"
 CONFIG = "main"
 FEWSHOT = "STD:GSM8k"
 STOP = ("Question:", "</s>", "<|im_end|>", "\n\n")
+CHAT_STOP = ("Question:", "</s>", "<|im_end|>")
+CHAT = ChatFormat(fewshot_as_multiturn=True, assistant_prefix="Answer:")
 
 
 @dataclass(frozen=True)
@@ -58,10 +70,19 @@ VARIANTS: dict[str, Variant] = {
                                   repeats=8, ks=(1, 2, 4, 8), primary_metric="pass_at_1"),
     "gsm8k::olmes": Variant(max_gen_toks=512, do_sample=False, temperature=0.0, top_p=1.0,
                             repeats=1, ks=(), primary_metric="exact_match"),
+    "gsm8k::tulu": Variant(max_gen_toks=512, do_sample=False, temperature=0.0, top_p=1.0,
+                           repeats=1, ks=(), primary_metric="exact_match"),
 }
 
 
 class GSM8KTask(GenerationTask):
+    supports_chat = True
+    supports_system_instruction = True   # OLMES's context_kwargs system_prompt
+    system_instruction_needs_chat = True
+
+    def chat_format(self, fewshot_as_multiturn: Optional[bool]) -> ChatFormat:
+        return replace(CHAT, fewshot_as_multiturn=fewshot_as_multiturn is not False)
+
     def __init__(self, config: TaskConfig):
         super().__init__(config)
         self.variant = VARIANTS[config.name]
@@ -72,19 +93,22 @@ class GSM8KTask(GenerationTask):
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
         return self.as_docs(load_split(DATASET, CONFIG, self.config.split, data_dir), self.config.split)
 
-    def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+    def prompt_prefix(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
+        """The shots as (prompt text, " " + chain of thought)."""
         k = self.config.num_shots
         if k == 0:
-            return ""
-        shots = load_fewshot(FEWSHOT, k, data_dir)
-        return fewshot_prefix("", [shot_block(make_cloze_prompt(s["question"]), s["answer"])
-                                   for s in shots])
+            return []
+        return [(make_cloze_prompt(s["question"]), " " + s["answer"]) for s in load_fewshot(FEWSHOT, k, data_dir)]
 
-    def doc_request(self, prefix: str, doc: dict) -> Generate:
-        v = self.variant
-        return Generate(context=prefix + make_cloze_prompt(doc["question"]),
-                        max_gen_toks=v.max_gen_toks, stop=STOP, do_sample=v.do_sample,
-                        temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
+    def doc_request(self, prefix: list[tuple[str, str]], doc: dict) -> Generate:
+        v, chat = self.variant, self.config.chat
+        question = make_cloze_prompt(doc["question"])
+        if chat is None:
+            context: Context = fewshot_prefix("", [text + target for text, target in prefix]) + question
+        else:
+            context = olmes_chat("", prefix, question, chat, self.config.system_instruction)
+        return Generate(context=context, max_gen_toks=v.max_gen_toks, stop=STOP if chat is None else CHAT_STOP,
+                        do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
 
     def doc_target(self, doc: dict) -> str:
         return gsm8k_gold(doc["answer"])
@@ -112,7 +136,7 @@ def configs() -> dict[str, TaskConfig]:
     return {
         name: TaskConfig(name=name, benchmark="gsm8k", dataset_path=DATASET, dataset_name=CONFIG,
                          split="test", num_shots=8, primary_metric=v.primary_metric,
-                         fewshot_source=FEWSHOT)
+                         fewshot_source=FEWSHOT, chat=CHAT if name.endswith("::tulu") else None)
         for name, v in VARIANTS.items()
     }
 

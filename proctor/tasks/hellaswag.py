@@ -1,9 +1,15 @@
-"""HellaSwag (`Rowan/hellaswag`): OLMES RC, query = preprocess(label + ": " + ctx).
+"""HellaSwag (`Rowan/hellaswag`): OLMES RC and MC prompts.
+
+RC (`HellaSwag`, allenai/olmes oe_eval/tasks/oe_eval_tasks/hellaswag.py): query =
+preprocess(label + ": " + ctx), continuations " " + preprocess(ending). MC
+(`HellaSwagMC`, same file): the endings listed as letters after "Choose the best
+continuation:", no "Question: " prefix, and preprocess applied to the whole MC query.
 
 Locally only the validation split exists, in the klosax text form without
 ctx_a/ctx_b; proctor.data.local splits ctx back (see there), so a few prompts can
 differ from OLMES's in capitalisation of the final fragment or markup handling.
-native_id = row index within its split (the text form has no `ind`).
+native_id = row index within its split (the text form has no `ind`; OLMES's MC docs
+carry no `ind` either, so its MC native ids are None).
 """
 
 from __future__ import annotations
@@ -14,10 +20,21 @@ from typing import Optional
 from proctor.data import load_fewshot, load_split
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import hellaswag_preprocess
+from proctor.tasks.prompts import LETTERS, hellaswag_preprocess
 
 DATASET = "Rowan/hellaswag"
 FEWSHOT = "OLMES:hellaswag"
+MC_CHOICES_PREFIX = "Choose the best continuation:\n"
+
+
+def mc_query(row: dict) -> str:
+    """OLMES `HellaSwagMC._process_doc` (allenai/olmes oe_eval/tasks/oe_eval_tasks/hellaswag.py):
+    `make_mcq_prompt(f"{label}: {ctx_a} {ctx_b.capitalize()}", endings, question_prefix="",
+    choices_prefix="Choose the best continuation:\n")`, then `preprocess` over the whole query
+    (strip only at its ends: a WikiHow item's empty ctx_b leaves a space before the newline)."""
+    question = f"{row['activity_label']}: {row['ctx_a']} {row['ctx_b'].capitalize()}"
+    lines = "\n".join(f" {LETTERS[i]}. {text}" for i, text in enumerate(row["endings"]))
+    return hellaswag_preprocess(f"{question}\n{MC_CHOICES_PREFIX}{lines}\nAnswer:")
 
 
 class HellaSwagTask(ChoiceTask):
@@ -30,20 +47,26 @@ class HellaSwagTask(ChoiceTask):
         return load_fewshot(FEWSHOT, self.config.num_shots, data_dir)
 
     def render(self, row: dict) -> Rendered:
+        options = tuple(hellaswag_preprocess(e) for e in row["endings"])
+        if self.is_mc:
+            return Rendered(text=mc_query(row), options=options, gold=int(row["label"]))
         ctx = row["ctx_a"] + " " + row["ctx_b"].capitalize()
         text = hellaswag_preprocess(row["activity_label"] + ": " + ctx)
-        options = tuple(hellaswag_preprocess(e) for e in row["endings"])
         return Rendered(text=text, options=options, gold=int(row["label"]))
 
 
 def configs() -> dict[str, TaskConfig]:
-    def cfg(name: str, split: str, limit: int) -> TaskConfig:
+    """allenai/olmes oe_eval/configs/tasks.py: hellaswag:{rc,mc}::olmes (validation, limit
+    1000) and hellaswag:rc::xlarge (all, limit 10_000); MC's primary acc_raw is HellaSwagMC's
+    default, RC's acc_per_char is set in the config."""
+    def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
         return TaskConfig(name=name, benchmark="hellaswag", dataset_path=DATASET,
                           dataset_name=None, split=split, num_shots=5,
-                          primary_metric="acc_per_char", sample_limit=limit, fewshot_source=FEWSHOT)
+                          primary_metric=metric, sample_limit=limit, fewshot_source=FEWSHOT)
 
-    return {"hellaswag:rc::olmes": cfg("hellaswag:rc::olmes", "validation", 1000),
-            "hellaswag:rc::xlarge": cfg("hellaswag:rc::xlarge", "all", 10000)}
+    return {"hellaswag:rc::olmes": cfg("hellaswag:rc::olmes", "validation", 1000, "acc_per_char"),
+            "hellaswag:mc::olmes": cfg("hellaswag:mc::olmes", "validation", 1000, "acc_raw"),
+            "hellaswag:rc::xlarge": cfg("hellaswag:rc::xlarge", "all", 10000, "acc_per_char")}
 
 
 TASK_CLASS = HellaSwagTask

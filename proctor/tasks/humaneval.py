@@ -4,7 +4,9 @@ judged by running the problem's tests on the completed function in the sandbox.
 Both specs reproduce lm-evaluation-harness 0.4.13's `humaneval` task family
 (lm_eval/tasks/humaneval/humaneval*.yaml and utils.py):
 
-- prompt = the doc's `prompt` (the signature and docstring), 0-shot, no chat template;
+- prompt = the doc's `prompt` (the signature and docstring), 0-shot; with a chat
+  template (lm-eval's --apply_chat_template) it is the one user turn; lm-eval's
+  tokenization policy;
 - generation stops at "\\nclass", "\\ndef", "\\n#", "\\nif" or "\\nprint", at most 1,024
   new tokens;
 - the program run is `prompt + completion + "\\n" + test + "\\ncheck(entry_point)"`
@@ -46,6 +48,7 @@ from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.outputs.records import GenerationSettings, SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
+from proctor.tasks.leaderboard.context import fewshot_context
 
 DATASET = "openai/openai_humaneval"
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
@@ -92,6 +95,9 @@ class Problem:
 
 
 class HumanEvalTask(GenerationTask):
+    supports_chat = True
+    supports_system_instruction = True
+
     def __init__(self, config: TaskConfig):
         super().__init__(config)
         self.variant = VARIANTS[config.name]
@@ -107,10 +113,12 @@ class HumanEvalTask(GenerationTask):
         return self.as_docs(load_split(DATASET, None, self.config.split, data_dir), self.config.split)
 
     def doc_request(self, prefix: str, doc: dict) -> Generate:
-        v = self.variant
-        return Generate(context=prefix + doc["prompt"], max_gen_toks=MAX_GEN_TOKS, stop=STOP,
+        v, c = self.variant, self.config
+        # in chat format the problem is the one user turn; the program is still prompt + completion
+        context = fewshot_context(prefix, [], doc["prompt"], system_instruction=c.system_instruction, chat=c.chat)
+        return Generate(context=context, max_gen_toks=MAX_GEN_TOKS, stop=STOP,
                         do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p,
-                        repeats=v.repeats)
+                        repeats=v.repeats, policy="lm_eval")
 
     def doc_target(self, doc: dict) -> Problem:
         return Problem(doc["prompt"], doc["test"], doc["entry_point"], doc["canonical_solution"])

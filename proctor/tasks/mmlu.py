@@ -1,4 +1,11 @@
-"""MMLU (`cais/mmlu`): 57 subjects, test split, 5 shots = first 5 dev rows, OLMES prompts."""
+"""MMLU (`cais/mmlu`): 57 subjects, test split, 5 shots = first 5 dev rows, OLMES prompts.
+
+`mmlu_<subject>:mc::tulu` is OLMES's chat variant (allenai/olmes oe_eval/configs/tasks.py,
+`mmlu_{sub}:mc::tulu`): the same task with `use_chat_format` and, from its chat_overrides,
+`fewshot_as_multiturn` — each shot a user turn ending "Answer:" and an assistant turn
+holding the gold letter, continuations "A".."D" without a leading space; suite
+`mmlu:mc::tulu` is the macro mean over the 57 subjects (task_suites.py).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ from typing import Optional
 
 from proctor.data import load_split
 from proctor.tasks.base import TaskConfig
+from proctor.tasks.config import ChatFormat
 from proctor.tasks.choice import ChoiceTask, Rendered
 from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
 
@@ -78,7 +86,16 @@ def configs() -> dict[str, TaskConfig]:
                 name=name, benchmark=BENCHMARK[CATEGORY_OF[subject]], dataset_path=DATASET,
                 dataset_name=subject, split="test", num_shots=5, primary_metric=metric,
                 fewshot_source="mmlu:dev", subject=subject)
+        name = tulu_spec(subject)
+        out[name] = TaskConfig(
+            name=name, benchmark=BENCHMARK[CATEGORY_OF[subject]], dataset_path=DATASET,
+            dataset_name=subject, split="test", num_shots=5, primary_metric="acc_raw",
+            fewshot_source="mmlu:dev", subject=subject, chat=ChatFormat(fewshot_as_multiturn=True))
     return out
+
+
+def tulu_spec(subject: str) -> str:
+    return f"mmlu_{subject}:mc::tulu"
 
 
 TASK_CLASS = MMLUTask

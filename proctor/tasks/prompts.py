@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Optional, Sequence
+
+from proctor.requests import Chat, Message
+from proctor.tasks.config import ChatFormat
 
 LETTERS = "ABCDE"
 UNCOND_CONTEXT = "Answer:"
@@ -43,3 +46,39 @@ def hellaswag_preprocess(text: str) -> str:
     text = re.sub("\\.? \\[title\\]", ". ", text)
     text = re.sub("\\[.*?\\]", "", text)
     return text.replace("  ", " ")
+
+
+def concat_with_space(first: str, second: str) -> str:
+    """OLMES's `concat_with_space`: both stripped, joined by a space when both are non-empty."""
+    first, second = first.strip(), second.strip()
+    return f"{first} {second}" if first and second else first or second
+
+
+def olmes_chat(description: str, shots: Sequence[tuple[str, str]], doc_text: str, chat: ChatFormat,
+               system_prompt: Optional[str] = None) -> Chat:
+    """OLMES's `fewshot_context` with `use_chat_format` (allenai/olmes oe_eval/tasks/base_task.py):
+    shots are (text, target) pairs, the target as the plain prompt appends it (" A", " <cot>").
+
+    0-shot: one user turn, description + doc text. Multiturn: per shot a user turn (the
+    description before the first only) and an assistant turn `concat_with_space(prefix, target)`;
+    then the doc's user turn. Otherwise the whole plain prompt as one user turn. A trailing
+    assistant prefix is cut from every user turn of the few-shot forms, and follows the
+    rendered template as text (`Chat.suffix`).
+    """
+    prefix = chat.assistant_prefix
+
+    def cut(text: str) -> str:
+        return re.sub("\\s*" + re.escape(prefix) + "\\s*$", "", text) if prefix else text
+
+    messages = [Message("system", system_prompt)] if system_prompt else []
+    if not shots:
+        messages.append(Message("user", description + doc_text))
+    elif chat.fewshot_as_multiturn:
+        for i, (text, target) in enumerate(shots):
+            messages.append(Message("user", cut((description if i == 0 else "") + text)))
+            messages.append(Message("assistant", concat_with_space(prefix, target)))
+        messages.append(Message("user", cut(doc_text)))
+    else:
+        joined = "\n\n".join(text + target for text, target in shots) + "\n\n"
+        messages.append(Message("user", cut(description + joined + doc_text)))
+    return Chat(tuple(messages), suffix=prefix)

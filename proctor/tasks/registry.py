@@ -16,15 +16,17 @@ from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexit
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
 from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
+from proctor.tasks.leaderboard import gsm8k as lb_gsm8k
+from proctor.tasks import aliases
 from proctor.tasks.counts import official_item_count
 from proctor.tasks.spec import parse_spec
 from proctor.tasks.suite import Suite
 
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
-           "leaf_specs", "task_config", "task_rows", "add_task", "added_specs"]
+           "leaf_specs", "task_config", "task_rows", "add_task", "added_specs", "alias_of"]
 
 _FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh,
-             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
+             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, lb_gsm8k, humaneval, perplexity)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,14 @@ def _suites() -> dict[str, Suite]:
             out[name] = Suite(name, tuple(f"mmlu_{s}:{fmt}::olmes" for s in subjects))
         out[f"mmlu:{fmt}::olmes"] = Suite(
             f"mmlu:{fmt}::olmes", tuple(f"{c}:{fmt}::olmes" for c in mmlu.CATEGORIES))
+    # OLMES's chat suite: the 57 subjects' macro mean (allenai/olmes task_suites.py)
+    out["mmlu:mc::tulu"] = Suite("mmlu:mc::tulu", tuple(mmlu.tulu_spec(s) for s in mmlu.SUBJECTS))
+    # OLMES's `<task>::olmes` = [<task>:mc::olmes, <task>:rc::olmes], primary "mc_or_rc"
+    # (allenai/olmes oe_eval/configs/task_suites.py, OLMES_MC_TASKS: those proctor has)
+    for task in ("arc_easy", "arc_challenge", "hellaswag", "socialiqa", "mmlu"):
+        name = f"{task}::olmes"
+        out[name] = Suite(name, (f"{task}:mc::olmes", f"{task}:rc::olmes"),
+                          aggregations=("mc_or_rc",), primary="mc_or_rc")
     # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
     out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
     # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
@@ -130,24 +140,80 @@ def suite(spec: str) -> Optional[Suite]:
     return _suites().get(spec.strip())
 
 
+def alias_of(spec: str) -> Optional[aliases.Alias]:
+    """The lm-eval task name `spec` is (`proctor.tasks.aliases`), unless a proctor spec or
+    suite has that name: those win."""
+    spec = spec.strip()
+    if spec in _table() or spec in _suites():
+        return None
+    return aliases.lookup(spec)
+
+
+#: families whose prompts hold no few-shot examples, whatever num_shots says
+_NO_SHOTS: tuple[type[Task], ...] = (humaneval.HumanEvalTask, perplexity.PerplexityTask)
+
+
+def _with_shots(cls: type[Task], config: TaskConfig, shots: int) -> TaskConfig:
+    """The config with `shots` few-shot examples (--num-fewshot, or an alias's lm-eval default)."""
+    if shots == config.num_shots:
+        return config
+    if shots and issubclass(cls, _NO_SHOTS):
+        raise UserError(f"{config.name} takes no few-shot examples: --num-fewshot {shots} would not "
+                        "change its prompts (leave it out, or 0)")
+    effective = config.effective_shots
+    if effective is not None:
+        # TruthfulQA's primer is part of the doc text: the eval doc's and each shot's
+        effective = (effective - config.num_shots) * (shots + 1) + shots
+    return dataclasses.replace(config, num_shots=shots, effective_shots=effective)
+
+
+def _close_names(spec: str) -> list[str]:
+    """Every spec, suite and lm-eval name close to an unknown `spec`: all forms of the task
+    names nearest to its task part (narrowed to its format and variant where it gives them
+    and some match), else the names close to it as a whole. Specs first, then suites, then
+    lm-eval names."""
+    kinds = {a.name: 2 for a in aliases.all_aliases()}
+    kinds.update({n: 1 for n in _suites()})
+    kinds.update({n: 0 for n in _table()})   # a spec or suite of an lm-eval name shadows it
+    task, fmt, variant = parse_spec(spec)
+    tasks = {parse_spec(n)[0] for n in kinds}
+    ratios = {t: difflib.SequenceMatcher(None, task, t).ratio() for t in tasks}
+    best = max(ratios.values(), default=0.0)
+    near = {t for t, r in ratios.items() if r >= 0.8 and r >= best - 0.05}
+    close = [n for n in kinds if parse_spec(n)[0] in near]
+    same_form = [n for n in close if parse_spec(n)[1:] == (fmt, variant)]
+    if (fmt or variant) and same_form:
+        close = same_form
+    if not close:
+        close = difflib.get_close_matches(spec, list(kinds), n=len(kinds), cutoff=0.75)
+    return sorted(close, key=lambda n: (kinds[n], n))
+
+
+def _either(names: list[str]) -> str:
+    """'a', 'b' or 'c'."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
 def _unknown(spec: str) -> UserError:
-    names = list(_table()) + list(_suites())
-    close = difflib.get_close_matches(spec, names, n=1, cutoff=0.75)
-    if not close:  # "socialiqa" or "socialiqa:mc": offer the full specs it starts
-        close = sorted(n for n in names if n.startswith(spec + ":"))[:3]
-    hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+    close = _close_names(spec)
+    hint = f"did you mean {_either(close)}? " if close else ""
     return UserError(f"unknown task spec {spec!r}; {hint}(`proctor tasks` lists all)")
 
 
 def leaf_specs(spec: str) -> list[str]:
-    """The task specs a spec stands for (a suite expanded recursively, order kept, no repeats)."""
+    """The task specs a spec stands for (a suite expanded recursively, order kept, no repeats;
+    an lm-eval task name those of its proctor spec)."""
     spec = spec.strip()
     parse_spec(spec)
     if spec in _table():
         return [spec]
     s = _suites().get(spec)
     if s is None:
-        raise _unknown(spec)
+        alias = alias_of(spec)
+        if alias is None:
+            raise _unknown(spec)
+        return leaf_specs(alias.spec)
     out: list[str] = []
     for member in s.members:
         out.extend(x for x in leaf_specs(member) if x not in out)
@@ -162,14 +228,22 @@ def task_config(spec: str) -> TaskConfig:
 
 
 def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
-    """Task objects for a spec (a suite expands to its leaf tasks); optional shots override."""
+    """Task objects for a spec (a suite expands to its leaf tasks).
+
+    An lm-eval task name (`proctor.tasks.aliases`) gives its proctor spec's tasks with
+    lm-eval's default shots; `num_shots` (--num-fewshot) replaces every task's shots, an
+    alias's included.
+    """
+    if num_shots is not None and (isinstance(num_shots, bool) or not isinstance(num_shots, int)
+                                  or num_shots < 0):
+        raise UserError(f"--num-fewshot must be a whole number >= 0, got {num_shots!r}")
+    alias = alias_of(spec)
+    shots = num_shots if num_shots is not None else (None if alias is None else alias.shots)
     tasks = []
     for name in leaf_specs(spec):
         cls, config = _table()[name]
-        if num_shots is not None:
-            if num_shots < 0:
-                raise UserError(f"--num-shots must be >= 0, got {num_shots}")
-            config = dataclasses.replace(config, num_shots=num_shots)
+        if shots is not None:
+            config = _with_shots(cls, config, shots)
         tasks.append(cls(config))
     return tasks
 

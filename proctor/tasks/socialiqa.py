@@ -2,8 +2,9 @@
 
 Specs (OLMES task configs): `:mc::olmes` / `:rc::olmes` = validation, 1,000 docs
 sampled with seed 1234, primary acc_raw / acc_per_char; `:mc::xlarge` = validation
-then train (35,364 docs), 10,000 sampled, acc_raw. native_id = row index within its
-own split, so xlarge repeats native ids (query ids disambiguate by doc_id).
+then train (35,364 docs), 10,000 sampled, acc_raw; `:rc::xlarge` = the same 10,000 docs,
+RC prompts, acc_per_char (allenai/olmes oe_eval/configs/tasks.py). native_id = row index
+within its own split, so xlarge repeats native ids (query ids disambiguate by doc_id).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def configs() -> dict[str, TaskConfig]:
         "socialiqa:mc::olmes": cfg("socialiqa:mc::olmes", "validation", 1000, "acc_raw"),
         "socialiqa:rc::olmes": cfg("socialiqa:rc::olmes", "validation", 1000, "acc_per_char"),
         "socialiqa:mc::xlarge": cfg("socialiqa:mc::xlarge", "all", 10000, "acc_raw"),
+        "socialiqa:rc::xlarge": cfg("socialiqa:rc::xlarge", "all", 10000, "acc_per_char"),
     }
 
 

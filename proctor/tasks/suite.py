@@ -8,8 +8,10 @@ from typing import Optional
 #: what a suite can report over its members (computed in proctor.scores):
 #: macro = unweighted mean of the leaf tasks' primary scores; micro = mean over all leaf docs;
 #: member_mean = unweighted mean of the direct members' scores (a member suite counts once);
-#: rrgs = RRGS over the leaf tasks that are MMLU subjects
-AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs")
+#: rrgs = RRGS over the leaf tasks that are MMLU subjects;
+#: mc_or_rc = the better of two members' scores, [MC, RC] in that order, MC on a tie (OLMES's
+#: `<task>::olmes`, allenai/olmes oe_eval/tasks/aggregate_tasks.py)
+AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs", "mc_or_rc")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,9 @@ class Suite:
         if unknown or (self.primary is not None and self.primary not in self.aggregations):
             raise ValueError(f"suite {self.name}: aggregations {self.aggregations}, primary "
                              f"{self.primary!r}; known: {AGGREGATIONS}")
+        if "mc_or_rc" in self.aggregations and len(self.members) != 2:
+            raise ValueError(f"suite {self.name}: mc_or_rc picks between two members (MC, RC), "
+                             f"not {len(self.members)}")
 
     def aggregation_of(self, member: str) -> Optional[str]:
         """The aggregation a member suite is scored by here (None: its own primary)."""

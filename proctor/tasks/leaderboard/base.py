@@ -1,11 +1,14 @@
 """The shape every lm-eval multiple-choice task shares: rows → prompts → loglikelihood requests.
 
 A family says where its rows are and how lm-eval's YAML reads one (`text`, `choices`,
-`gold`); this class lays the prompt out as lm-eval 0.4.13's `fewshot_context` does:
+`gold`); this class lays the prompt out as lm-eval 0.4.13's `fewshot_context` does
+(`proctor.tasks.leaderboard.context`):
 
     description + Σ(shot text + " " + shot answer + "\\n\\n") + doc text
 
-with one request per choice, continuation = " " + choice text (the target delimiter).
+with one request per choice, continuation = " " + choice text (the target delimiter). In
+chat format (`TaskConfig.chat`, lm-eval's --apply_chat_template) the prompt is a chat and
+the continuation the bare choice text. Requests follow lm-eval's tokenization policy.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from proctor.metrics import ChoiceScore
 from proctor.metrics.harness import lm_eval_choice_metrics
 from proctor.tasks.base import Instance, about, check_limit, number_docs
 from proctor.tasks.choice import RankedChoiceTask
+from proctor.requests import Context
+from proctor.tasks.leaderboard.context import choice_delimiter, fewshot_context
 from proctor.tasks.leaderboard.fewshot import FEWSHOT_SEED, first_n, sample_random
 
 TARGET_DELIMITER = " "
@@ -28,6 +33,9 @@ FEWSHOT_DELIMITER = "\n\n"
 
 class HarnessTask(RankedChoiceTask):
     """lm-eval `output_type: multiple_choice` with its default delimiters."""
+
+    supports_chat = True
+    supports_system_instruction = True
 
     #: lm-eval's fewshot_config.sampler: "default" (seeded random draws) or "first_n"
     sampler: str = "default"
@@ -78,8 +86,15 @@ class HarnessTask(RankedChoiceTask):
                             f"has only {len(pool)} rows")
         return pool
 
-    def shot_block(self, row: dict) -> str:
-        return self.text(row) + TARGET_DELIMITER + self.choices(row)[self.gold(row)] + FEWSHOT_DELIMITER
+    def shot(self, row: dict) -> tuple[str, str]:
+        """A few-shot example as (question, answer) texts."""
+        return self.text(row), self.choices(row)[self.gold(row)]
+
+    def context(self, shots: Sequence[dict], doc: dict) -> Context:
+        c = self.config
+        return fewshot_context(self.description(), [self.shot(s) for s in shots], self.text(doc),
+                               target_delimiter=TARGET_DELIMITER, fewshot_delimiter=FEWSHOT_DELIMITER,
+                               system_instruction=c.system_instruction, chat=c.chat)
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
         check_limit(limit)  # before any data is read
@@ -92,6 +107,7 @@ class HarnessTask(RankedChoiceTask):
         n = self.config.num_shots
         pool = self.fewshot_pool(data_dir) if n else []
         rnd = random.Random(FEWSHOT_SEED)
+        delimiter = choice_delimiter(TARGET_DELIMITER, None, self.config.chat)
         out = []
         for doc_id, doc, qid in numbered:
             # lm-eval drops copies of the eval doc from its shots by comparing the plain rows
@@ -110,10 +126,11 @@ class HarnessTask(RankedChoiceTask):
                 task=self.config.name,
                 doc_id=doc_id,
                 native_id=doc["native_id"],
-                prompt=self.description() + "".join(self.shot_block(s) for s in shots) + self.text(doc),
+                prompt=self.context(shots, doc),
                 choices=tuple(options),
-                continuations=tuple(TARGET_DELIMITER + c for c in options),
+                continuations=tuple(delimiter + c for c in options),
                 label=gold,
                 metadata=self.doc_metadata(doc),
+                policy="lm_eval",
             ))
         return out
