@@ -354,4 +354,4 @@ def test_bank_and_generations_with_unicode_separators(data_dir, tmp_path):
     report = validate_generations(main, list(read_jsonl(gens)))
     assert report.ok, report.lines()
     gens.write_bytes(gens.read_bytes()[3:])
-    _check_final(gens, [r["query_id"] for r in main], "m")   # proctor's own file: accepted
+    _check_final(gens, [r["query_id"] for r in main], "m", None)   # proctor's own file: accepted

@@ -354,3 +354,23 @@ def test_chat_options_errors_are_one_clear_line(tmp_path):
     done = run_cli("run", "--tasks", "gsm8k::olmes", "--think-tags", "<think>", "--output", out)
     assert done.returncode == 2 and "expected OPEN,CLOSE" in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_each_spec_gets_its_protocols_context_window(tmp_path, data_dir):
+    """Without --max-length: lm-eval-format specs the model's context length (lm-eval's
+    resolve_max_length: the tiny Llama's 4096 positions), OLMES specs 2048 (OLMES's default)."""
+    import proctor
+
+    model = str(build_tiny_model(tmp_path / "m"))
+    both = proctor.evaluate(model, tasks=["mmlu_astronomy::leaderboard", "mmlu_astronomy:mc::olmes"], limit=1,
+                            data_dir=data_dir, cache=False, progress=False)
+    assert (both.model.max_length, both.model.olmes_max_length) == (4096, 2048)
+    olmes = proctor.evaluate(model, tasks=["mmlu_astronomy:mc::olmes"], limit=1, data_dir=data_dir,
+                             cache=False, progress=False)
+    assert (olmes.model.max_length, olmes.model.olmes_max_length) == (2048, None)
+    alone, beside = (run.tasks["mmlu_astronomy:mc::olmes"].records[0] for run in (olmes, both))
+    assert [c.sum_logits for c in alone.model_output] == pytest.approx(  # batched with other rows: float noise
+        [c.sum_logits for c in beside.model_output], abs=1e-5)
+    given = proctor.evaluate(model, tasks=["mmlu_astronomy::leaderboard"], limit=1, data_dir=data_dir,
+                             max_length=64, cache=False, progress=False)
+    assert given.model.max_length == 64 and any("did not fit in --max-length 64" in w for w in given.warnings)

@@ -39,18 +39,18 @@ def test_all_specs():
               for family in registry._FAMILIES}
     assert counts == {
         "mmlu": 57 * 3, "socialiqa": 4, "arc": 6, "hellaswag": 3,    # OLMES MC/RC (+ MMLU's ::tulu)
-        "gsm8k": 3, "bbh": 27, "humaneval": 2,                        # generation
+        "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
         "leaderboard.arc": 1, "leaderboard.hellaswag": 1, "leaderboard.mmlu": 57,
         "leaderboard.truthfulqa": 2, "leaderboard.bigbench": 9,      # lm-eval formats
         "leaderboard.gsm8k": 1,
         "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
-    assert len(specs) == sum(counts.values()) == 304
+    assert len(specs) == sum(counts.values()) == 358
 
 
 def test_every_suite_member_resolves():
     tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
-    assert len(suites) == 25
+    assert len(suites) == 27
     assert not tasks & set(suites)
     for s in suites.values():
         assert s.members and len(set(s.members)) == len(s.members), s.name
@@ -71,7 +71,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 25 + ["task"] * 304
+    assert [r.kind for r in rows] == ["suite"] * 27 + ["task"] * 358
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}

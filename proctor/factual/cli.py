@@ -5,6 +5,10 @@ Files under `--output-dir` (default outputs/factual), one set per model name:
   scored/<model>.scored.jsonl      the seed's scored schema; scored/<model>.summary.json
   hidden/<model>/                  L{l:03d}.npy + index.json (the seed's layout)
   metrics/<model>.json             ISS and KTS per condition
+
+`--chat-template [FILE]` (generate, hidden, run) leaves the seed's no-template protocol:
+each prompt becomes one user turn rendered with the tokenizer's chat template (or FILE's),
+and every file records the template.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from proctor.errors import UserError
+
+if TYPE_CHECKING:
+    from proctor.engine.chat import ChatTemplate
 
 DEFAULT_OUTPUT = "outputs/factual"
 
@@ -40,6 +47,10 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
         p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: cuda if available)")
         p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
                        help="auto: bfloat16 where the device supports it fast, else float32")
+        p.add_argument("--chat-template", nargs="?", const=True, default=False, metavar="FILE",
+                       help="not the seed's protocol: give each query as one user turn rendered with the "
+                            "tokenizer's chat template (or this Jinja file's) and its generation prompt; "
+                            "the files record the template, and numbers are not comparable with the seed's")
 
     def common(p: argparse.ArgumentParser, *, bank_required: bool = True) -> None:
         p.add_argument("--bank", required=bank_required, help="the query bank (JSONL)")
@@ -137,6 +148,23 @@ def cmd_bank(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_template_option(args: argparse.Namespace) -> None:
+    """A --chat-template FILE must exist (checked before the model loads)."""
+    from proctor.api import chat_template_file
+
+    chat_template_file(args.chat_template)
+
+
+def _chat_template(args: argparse.Namespace, tokenizer: Any) -> Optional["ChatTemplate"]:
+    """The run's chat template: None (the seed's protocol), the tokenizer's, or the file's."""
+    from proctor.api import chat_template_file
+    from proctor.engine.chat import ChatTemplate
+
+    if args.chat_template is False:
+        return None
+    return ChatTemplate.resolve(chat_template_file(args.chat_template), tokenizer)
+
+
 def _load(args: argparse.Namespace):
     from proctor.backends.hf import resolve_device, resolve_dtype
     from proctor.backends.models import load_model
@@ -161,13 +189,16 @@ def _scored_path(args: argparse.Namespace, name: str) -> Path:
 def cmd_generate(args: argparse.Namespace, bank=None, loaded=None) -> int:
     from proctor.factual.generate import generate
 
+    _check_template_option(args)
     bank = bank or _bank(args)
     name = model_name(args.model, args.name)
     loaded = loaded or _load(args)
+    template = _chat_template(args, loaded.tokenizer)
     out = _generations_path(args, name)
     stats = generate(bank.rows, loaded.model, loaded.tokenizer, out, model_name=name,
                      model_identity=loaded.identity, batch_size=args.batch_size,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, chat_template=template)
+    _print_protocol(template)
     if stats.already_complete:
         print(f"{out} already holds every query of the bank; nothing to do")
     else:
@@ -184,15 +215,18 @@ def cmd_validate(args: argparse.Namespace) -> int:
     report = validate_generations(bank.rows, list(read_jsonl(Path(args.generations))))
     if report.ok:
         print(f"{args.generations}: {report.rows} generations, every query of the bank once; ready to score")
+        for line in report.protocol_differences():
+            print(f"  {line}")
         return 0
     print(f"{args.generations}: {report.rows} rows, not scorable against {args.bank}:", file=sys.stderr)
-    for line in report.lines():
+    for line in report.lines() + report.protocol_differences():
         print(f"  {line}", file=sys.stderr)
     return 1
 
 
 def cmd_score(args: argparse.Namespace, bank=None) -> int:
     from proctor.factual.report import print_summary
+    from proctor.factual.prompts import template_key
     from proctor.factual.score import score_generations, summaries
     from proctor.factual.validate import read_jsonl
     from proctor.outputs.owned import check_output_file, write_owned_file
@@ -211,8 +245,9 @@ def cmd_score(args: argparse.Namespace, bank=None) -> int:
     summary_path = out.with_name(f"{name}.summary.json")
     for path in (out, summary_path):  # refuse before writing either
         check_output_file(path)
+    templates = {template_key(r.get("chat_template")): r.get("chat_template") for r in scored}
     summary = {"model": name, "bank_version": bank.version, "generations": str(args.generations),
-               **summaries(scored)}
+               "chat_template": next(iter(templates.values()), None), **summaries(scored)}
     write_owned_file(out, jsonl_text(scored).encode())
     write_owned_file(summary_path, (json.dumps(summary, indent=2) + "\n").encode())
     print_summary(summary)
@@ -223,13 +258,15 @@ def cmd_score(args: argparse.Namespace, bank=None) -> int:
 def cmd_hidden(args: argparse.Namespace, bank=None, loaded=None) -> int:
     from proctor.factual.hidden import extract_hidden
 
+    _check_template_option(args)
     bank = bank or _bank(args)
     name = model_name(args.model, args.name)
     loaded = loaded or _load(args)
     out = _hidden_dir(args, name)
     index = extract_hidden(bank.rows, loaded.model, loaded.tokenizer, out, model_name=name,
                            model_identity=loaded.identity, bank_version=bank.version,
-                           batch_size=args.batch_size, progress=not args.no_progress)
+                           batch_size=args.batch_size, progress=not args.no_progress,
+                           chat_template=_chat_template(args, loaded.tokenizer))
     print(f"wrote {out}: {len(index.query_ids)} queries x {len(index.layers)} layers "
           f"(blocks {index.layers[0]}-{index.layers[-1]})")
     return 0
@@ -256,7 +293,16 @@ def cmd_metrics(args: argparse.Namespace, bank=None) -> int:
     return 0
 
 
+def _print_protocol(template: Optional["ChatTemplate"]) -> None:
+    from proctor.factual.prompts import protocol_note, template_record
+
+    note = protocol_note(template_record(template))
+    if note is not None:
+        print(f"proctor: {note}", file=sys.stderr)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    _check_template_option(args)
     bank = _bank(args)
     name = model_name(args.model, args.name)
     loaded = _load(args)

@@ -2,6 +2,11 @@
 
 Protocol (seed factual-probe-output-schema.txt): `build_prompt(row)` with no chat template,
 left truncation to `max_prompt_len` tokens, left padding, greedy, `max_new_tokens` new tokens.
+With a chat template (`chat_template=`, beyond the seed) each prompt is `chat_prompt(row)`,
+tokenized without the tokenizer's special tokens, generation also stops at the template's
+end-of-turn token, and every row records the template in `chat_template` (rows without
+the field follow the seed). A run never mixes rows of two prompt formats: a partial or
+final file made under another one is refused.
 
 Rows run in a fixed plan: sorted by prompt length (longest first), cut into `batch_size`
 batches. Batch composition changes padding and therefore (in bf16) the numbers, so a
@@ -20,13 +25,17 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from proctor.data.readers import split_lines
 from proctor.engine.progress import Progress
 from proctor.errors import UserError, check_positive_int
-from proctor.factual.prompts import DECODING, Decoding, build_prompt
+from proctor.factual.prompts import (DECODING, Decoding, adds_special_tokens, describe_template, model_prompts,
+                                     template_key, template_record)
 from proctor.outputs.atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from proctor.engine.chat import ChatTemplate
 
 PARTIAL_FORMAT = "proctor-factual-generations-partial/1"
 
@@ -63,19 +72,23 @@ def left_padded(tokenizer: Any) -> Iterator[Any]:
             tokenizer.pad_token = None
 
 
-def encode_prompts(tokenizer: Any, prompts: Sequence[str], max_prompt_len: int) -> Any:
-    """Left-padded, left-truncated `input_ids` + `attention_mask` tensors (default special tokens)."""
+def encode_prompts(tokenizer: Any, prompts: Sequence[str], max_prompt_len: int, *,
+                   special_tokens: bool = True) -> Any:
+    """Left-padded, left-truncated `input_ids` + `attention_mask` tensors (with the tokenizer's
+    special tokens unless `special_tokens` is False: see `prompts.adds_special_tokens`)."""
     with left_padded(tokenizer):
         return tokenizer(list(prompts), padding=True, truncation=True, max_length=max_prompt_len,
-                         return_tensors="pt")
+                         add_special_tokens=special_tokens, return_tensors="pt")
 
 
-def prompt_lengths(tokenizer: Any, prompts: Sequence[str], max_prompt_len: int) -> list[int]:
+def prompt_lengths(tokenizer: Any, prompts: Sequence[str], max_prompt_len: int, *,
+                   special_tokens: bool = True) -> list[int]:
     """Token counts after truncation, tokenized in chunks so memory does not grow with the bank."""
     lengths: list[int] = []
     with left_padded(tokenizer):
         for start in range(0, len(prompts), 1024):
-            ids = tokenizer(list(prompts[start:start + 1024]), truncation=True, max_length=max_prompt_len)
+            ids = tokenizer(list(prompts[start:start + 1024]), truncation=True, max_length=max_prompt_len,
+                            add_special_tokens=special_tokens)
             lengths.extend(len(x) for x in ids["input_ids"])
     return lengths
 
@@ -107,10 +120,12 @@ def generate(
     decoding: Decoding = DECODING,
     progress: bool = True,
     model_identity: str | None = None,
+    chat_template: Optional[ChatTemplate] = None,
 ) -> GenerationStats:
     """Generate one output row per bank row into `out_path` (JSONL, bank order), resuming if interrupted.
 
     `model_identity` (weights + tokenizer identity) guards resumption; it defaults to `model_name`.
+    `chat_template`: render each prompt as a one-user-turn chat (None: the seed's protocol).
     """
     import torch
 
@@ -118,14 +133,17 @@ def generate(
     out_path = Path(out_path)
     started = time.monotonic()
     query_ids = unique_query_ids(rows)
-    prompts = [build_prompt(row) for row in rows]
+    prompts = model_prompts(rows, tokenizer, chat_template)
+    record = template_record(chat_template)
 
     if out_path.exists():
-        _check_final(out_path, query_ids, model_name)
+        _check_final(out_path, query_ids, model_name, record)
         Path(f"{out_path}.partial").unlink(missing_ok=True)  # left if a run died right after the final write
         return GenerationStats(out_path, len(rows), 0, len(rows), 0, 0, time.monotonic() - started, True)
 
-    plan = batch_plan(prompt_lengths(tokenizer, prompts, decoding.max_prompt_len), batch_size)
+    special = adds_special_tokens(chat_template)
+    plan = batch_plan(prompt_lengths(tokenizer, prompts, decoding.max_prompt_len, special_tokens=special),
+                      batch_size)
     header = {
         "format": PARTIAL_FORMAT,
         "model": model_name,
@@ -135,6 +153,7 @@ def generate(
         "rows": len(rows),
         "batch_size": batch_size,
         "decoding": asdict(decoding),
+        "chat_template": record,
     }
     partial = Path(f"{out_path}.partial")
     done = _resume(partial, header, plan, query_ids)
@@ -142,6 +161,7 @@ def generate(
     bar = Progress(len(rows), enabled=progress, description="generate")
     bar.advance(len(done))
     eos_ids = _eos_ids(model, tokenizer)
+    eos_ids += end_of_turn_ids(chat_template, tokenizer, eos_ids)  # a chat's reply also ends at its turn's end
     new_tokens = 0
     generated = 0
     torch.manual_seed(decoding.seed)
@@ -151,7 +171,7 @@ def generate(
                 if query_ids[batch[0]] in done:
                     continue
                 outputs = _generate_batch([rows[i] for i in batch], [prompts[i] for i in batch],
-                                          model, tokenizer, model_name, decoding, eos_ids)
+                                          model, tokenizer, model_name, decoding, eos_ids, record)
                 _append(partial, outputs)
                 done.update((o["query_id"], o) for o in outputs)
                 batch_tokens = sum(o["generated_tokens"] for o in outputs)
@@ -168,8 +188,10 @@ def generate(
 
 
 def _generate_batch(rows: list[Mapping], prompts: list[str], model: Any, tokenizer: Any,
-                    model_name: str, decoding: Decoding, eos_ids: list[int]) -> list[dict]:
-    enc = encode_prompts(tokenizer, prompts, decoding.max_prompt_len).to(model.device)
+                    model_name: str, decoding: Decoding, eos_ids: list[int],
+                    record: Optional[dict[str, str]]) -> list[dict]:
+    enc = encode_prompts(tokenizer, prompts, decoding.max_prompt_len,  # a chat holds its own special tokens
+                         special_tokens=record is None).to(model.device)
     out = model.generate(
         input_ids=enc["input_ids"],
         attention_mask=enc["attention_mask"],
@@ -185,7 +207,7 @@ def _generate_batch(rows: list[Mapping], prompts: list[str], model: Any, tokeniz
     for row, prompt, tokens in zip(rows, prompts, new):
         stop = next((k for k, t in enumerate(tokens) if t in eos_ids), None)
         kept = tokens if stop is None else tokens[:stop]
-        results.append({
+        result = {
             "query_id": row["query_id"],
             "fact_id": row["fact_id"],
             "condition_family": row["condition_family"],
@@ -194,7 +216,10 @@ def _generate_batch(rows: list[Mapping], prompts: list[str], model: Any, tokeniz
             "raw_response": tokenizer.decode(kept, skip_special_tokens=True),
             "generated_tokens": len(kept),
             "finish_reason": "length" if stop is None else "stop",
-        })
+        }
+        if record is not None:  # seed-protocol rows keep the seed's fields only
+            result["chat_template"] = record
+        results.append(result)
     return results
 
 
@@ -207,6 +232,21 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
         ids.append(int(tokenizer.eos_token_id))
     if not ids:
         raise UserError("the model defines no EOS token; cannot tell a finished answer from a cut one")
+    return ids
+
+
+def end_of_turn_ids(template: Optional[ChatTemplate], tokenizer: Any, known: Sequence[int] = ()) -> list[int]:
+    """Token ids of the template's end-of-turn token(s) not in `known` ([] without a template)."""
+    if template is None:
+        return []
+    from proctor.engine.chat import end_of_turn
+
+    ids: list[int] = []
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    for token in end_of_turn(template, tokenizer):
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if isinstance(token_id, int) and token_id != unknown and token_id not in known and token_id not in ids:
+            ids.append(token_id)
     return ids
 
 
@@ -245,6 +285,11 @@ def _resume(partial: Path, header: dict, plan: list[list[int]], query_ids: list[
         old = None
     if not isinstance(old, dict) or old.get("format") != PARTIAL_FORMAT:
         raise UserError(f"{partial} is not a partial generations file of this version; delete it and rerun")
+    if template_key(old.get("chat_template")) != template_key(header["chat_template"]):
+        raise UserError(
+            f"{partial} was made with {describe_template(old.get('chat_template'))}, now with "
+            f"{describe_template(header['chat_template'])}; rows of two prompt formats are never mixed: "
+            f"rerun with the same --chat-template setting to resume, or delete it to start over")
     for key in ("model_identity", "bank_digest", "batch_size", "decoding", "dtype", "model"):
         if old.get(key) != header[key]:
             raise UserError(
@@ -268,8 +313,10 @@ def _resume(partial: Path, header: dict, plan: list[list[int]], query_ids: list[
     return done
 
 
-def _check_final(out_path: Path, query_ids: list[str], model_name: str) -> None:
-    """An existing final file must hold exactly these queries for this model; else refuse to overwrite."""
+def _check_final(out_path: Path, query_ids: list[str], model_name: str,
+                 record: Optional[dict[str, str]]) -> None:
+    """An existing final file must hold exactly these queries for this model and prompt format;
+    else refuse to overwrite it."""
     not_ours = UserError(f"{out_path} exists but is not a generations file; delete it or choose another "
                          "output path")
     try:
@@ -283,3 +330,9 @@ def _check_final(out_path: Path, query_ids: list[str], model_name: str) -> None:
     if sorted(ids) != sorted(query_ids) or models != {model_name}:
         raise UserError(f"{out_path} already holds generations for other queries or another model; "
                         f"delete it or choose another output path")
+    other = next((g.get("chat_template") for g in got
+                  if template_key(g.get("chat_template")) != template_key(record)), record)
+    if template_key(other) != template_key(record):
+        raise UserError(f"{out_path} already holds generations made with {describe_template(other)}, not "
+                        f"{describe_template(record)}; delete it, or pass another --name (output path) "
+                        f"for this prompt format")

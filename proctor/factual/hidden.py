@@ -6,6 +6,11 @@ the last input token of the generation prompt (position -1 under left padding); 
 `index.json["query_ids"]` order, which is bank order. `index.json` records progress as
 `batches_done` of a fixed length-sorted batch plan, so a killed run resumes and ends with
 the same bytes as an uninterrupted one; `complete: true` is written last, after checksums.
+
+With a chat template (beyond the seed) the prompt is the rendered one-user-turn chat
+(`prompts.chat_prompt`), so the state is read at the last token of the template's
+generation prompt; `index.json` records the template in `chat_template` (null, or absent
+in older indexes: the seed's protocol), and a run under another template never resumes it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -22,8 +27,12 @@ from proctor.backends.sources import file_sha256
 from proctor.engine.progress import Progress
 from proctor.errors import UserError, check_positive_int
 from proctor.factual.generate import batch_plan, encode_prompts, prompt_lengths, unique_query_ids
-from proctor.factual.prompts import DECODING, build_prompt
+from proctor.factual.prompts import (DECODING, adds_special_tokens, describe_template, model_prompts,
+                                     template_key, template_record)
 from proctor.outputs.atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from proctor.engine.chat import ChatTemplate
 
 FORMAT = "proctor-factual-hidden/1"
 INDEX = "index.json"
@@ -47,6 +56,7 @@ class HiddenIndex:
     batch_size: int
     max_prompt_len: int
     compute_dtype: str               # dtype the model ran in
+    chat_template: Optional[dict[str, str]] = None   # origin + digest; None: the seed's no-template prompt
     dtype: str = "float16"           # dtype stored
     batches_done: int = 0
     files: dict[str, str] = field(default_factory=dict)   # file name -> sha256
@@ -86,8 +96,11 @@ def extract_hidden(
     batch_size: int = 32,
     max_prompt_len: int = DECODING.max_prompt_len,
     progress: bool = True,
+    chat_template: Optional[ChatTemplate] = None,
 ) -> HiddenIndex:
-    """Write the hidden states of the `use_for_main_forward` rows into `out_dir`, resuming an unfinished run."""
+    """Write the hidden states of the `use_for_main_forward` rows into `out_dir`, resuming an unfinished run.
+
+    `chat_template`: read the states of each prompt rendered as a one-user-turn chat."""
     import torch
 
     check_positive_int("batch size", batch_size)
@@ -96,14 +109,15 @@ def extract_hidden(
     if not main:
         raise UserError("the query bank has no use_for_main_forward rows; nothing to extract hidden states for")
     query_ids = unique_query_ids(main)
-    prompts = [build_prompt(row) for row in main]
+    prompts = model_prompts(main, tokenizer, chat_template)
+    special = adds_special_tokens(chat_template)
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     num_layers = int(config.num_hidden_layers)
     index = HiddenIndex(
         bank_version=bank_version, model=model_name, model_identity=model_identity,
         num_layers=num_layers, layers=stored_layers(num_layers), d_model=int(config.hidden_size),
         query_ids=query_ids, batch_size=batch_size, max_prompt_len=max_prompt_len,
-        compute_dtype=str(model.dtype).removeprefix("torch."),
+        compute_dtype=str(model.dtype).removeprefix("torch."), chat_template=template_record(chat_template),
     )
     previous = _previous_index(out_dir, index)
     if previous is not None and previous.complete:
@@ -119,7 +133,7 @@ def extract_hidden(
         index.batches_done = previous.batches_done
     _write_index(out_dir, index)
 
-    plan = batch_plan(prompt_lengths(tokenizer, prompts, max_prompt_len), batch_size)
+    plan = batch_plan(prompt_lengths(tokenizer, prompts, max_prompt_len, special_tokens=special), batch_size)
     bar = Progress(len(main), enabled=progress, description="hidden states")
     bar.advance(sum(len(b) for b in plan[:index.batches_done]))
     saved = time.monotonic()
@@ -128,7 +142,7 @@ def extract_hidden(
             for number in range(index.batches_done, len(plan)):
                 batch = plan[number]
                 states = last_token_states(model, tokenizer, [prompts[i] for i in batch], index.layers,
-                                           max_prompt_len)
+                                           max_prompt_len, special_tokens=special)
                 for layer, array in arrays.items():
                     array[batch] = states[layer].to(torch.float16).cpu().numpy()
                 index.batches_done = number + 1
@@ -149,14 +163,15 @@ def extract_hidden(
 
 
 def last_token_states(model: Any, tokenizer: Any, prompts: Sequence[str], layers: Sequence[int],
-                      max_prompt_len: int = DECODING.max_prompt_len) -> dict[int, Any]:
+                      max_prompt_len: int = DECODING.max_prompt_len, *,
+                      special_tokens: bool = True) -> dict[int, Any]:
     """Block outputs (`hidden_states[l+1]`) at each prompt's last token, [batch, d_model], in the model's dtype.
 
-    Prompts are tokenized as for generation (left truncation, left padding). Call under
-    `torch.inference_mode()`.
+    Prompts are tokenized as for generation (left truncation, left padding; special tokens
+    as `encode_prompts`). Call under `torch.inference_mode()`.
     """
     base = model.base_model  # the decoder stack without the LM head: no [batch, seq, vocab] logits
-    enc = encode_prompts(tokenizer, prompts, max_prompt_len).to(base.device)
+    enc = encode_prompts(tokenizer, prompts, max_prompt_len, special_tokens=special_tokens).to(base.device)
     mask = enc["attention_mask"]
     # positions count valid tokens only, as generate() does, so left padding does not shift them
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -171,6 +186,12 @@ def _previous_index(out_dir: Path, index: HiddenIndex) -> HiddenIndex | None:
     if not path.exists():
         return None
     previous = _read_index(path)
+    if template_key(previous.chat_template) != template_key(index.chat_template):
+        state = "a finished" if previous.complete else "an unfinished"
+        raise UserError(
+            f"{out_dir} holds {state} extraction made with {describe_template(previous.chat_template)}, not "
+            f"{describe_template(index.chat_template)}; states of two prompt formats are never mixed: "
+            f"rerun with the same --chat-template setting, or use a fresh output directory (another --name)")
     for key in _RESUME_KEYS:
         if getattr(previous, key) != getattr(index, key):
             state = "a finished" if previous.complete else "an unfinished"

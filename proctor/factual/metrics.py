@@ -1,7 +1,8 @@
 """ISS and KTS for one model: join the bank, its scored rows and its hidden states, then compute.
 
 Refuses (UserError) hidden states extracted from another bank and scored rows that do not
-cover every main-forward query, so the figures always describe one complete run.
+cover every main-forward query, so the figures always describe one complete run, and
+scored rows and hidden states made with different prompt formats (chat template or none).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from proctor.factual.bank import Bank
 from proctor.factual.hidden import HiddenStates
 from proctor.factual.iss import compute_iss
 from proctor.factual.kts import compute_kts
+from proctor.factual.prompts import describe_template, template_key
 
 
 def scored_labels(scored: Sequence[Any], query_ids: Sequence[str], source: str) -> dict[str, str]:
@@ -30,6 +32,17 @@ def scored_labels(scored: Sequence[Any], query_ids: Sequence[str], source: str) 
     return labels
 
 
+def check_same_prompts(scored: Sequence[Any], hidden: HiddenStates, source: str) -> None:
+    """Scored rows and hidden states must come from prompts of one format (same chat template, or none)."""
+    states = hidden.index.chat_template
+    other = next((row.get("chat_template") for row in scored if isinstance(row, Mapping)
+                  and template_key(row.get("chat_template")) != template_key(states)), states)
+    if template_key(other) != template_key(states):
+        raise UserError(f"{source} holds rows generated with {describe_template(other)}, but the hidden states "
+                        f"were extracted with {describe_template(states)}; rerun both steps with the same "
+                        "--chat-template setting")
+
+
 def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStates, *, model: str,
                     bootstrap: int = 1000, kts_layer: str = "mean", source: str = "scored rows") -> dict:
     """ISS per condition (with CI, layer profile, outcome split, ISS-rank) and KTS (main and
@@ -42,6 +55,7 @@ def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStates, *, 
         raise UserError("the hidden states' query order differs from the bank's main-forward queries; "
                         "rerun `proctor factual hidden` into a fresh directory")
     labels = scored_labels(scored, hidden.index.query_ids, source)
+    check_same_prompts(scored, hidden, source)
     iss = compute_iss(rows, hidden.layers, labels, n_boot=bootstrap)
     kts = compute_kts(rows, hidden.layers, labels, layer=kts_layer)
     kts_abstain = compute_kts(rows, hidden.layers, labels, layer=kts_layer, abstain_as_incorrect=True)
@@ -54,6 +68,7 @@ def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStates, *, 
         "model": model,
         "bank_version": bank.version,
         "layers": list(hidden.index.layers),
+        "chat_template": hidden.index.chat_template,
         "conditions": conditions,
         "iss": iss.to_dict(),
         "kts": kts.to_dict(),

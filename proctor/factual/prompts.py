@@ -3,12 +3,24 @@
 Anchor queries get the instruction wrapper; every other family already carries its own
 surface form (that is the perturbation), so it gets only a bare `Answer:` cue. No chat
 template, for base and instruct models alike.
+
+Beyond the seed, `--chat-template` gives each query's `build_prompt(row)` as one user turn
+rendered with a chat template and its generation prompt (`chat_prompt`). The rendered text
+carries its own special tokens, so it is tokenized without the tokenizer's (as
+`apply_chat_template(tokenize=True)` does), and left truncation to `max_prompt_len` cuts the
+rendered text. Rows and headers record the template as
+`{"origin", "digest"}` (`template_record`); no record means the seed's protocol, and
+numbers made with a template are not comparable with the seed's.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:  # validate and score read records without importing the engine
+    from proctor.engine.chat import ChatTemplate
 
 PROMPT = "Question: {q}\nAnswer with only the shortest correct answer.\nAnswer:"
 CONDITION_FAMILIES = ("anchor", "paraphrase", "reverse", "recognition", "crosslingual")
@@ -19,6 +31,56 @@ def build_prompt(row: Mapping) -> str:
     if row["condition_family"] == "anchor":
         return PROMPT.format(q=row["query"])
     return f"{row['query']}\nAnswer:"
+
+
+def chat_prompt(row: Mapping, template: ChatTemplate, tokenizer: Any) -> str:
+    """`build_prompt(row)` as the one user turn of a chat, rendered with `template` and its
+    generation prompt (the text the model reads; it ends where the assistant's reply starts)."""
+    from proctor.engine.chat import render
+    from proctor.requests import Chat, Message
+
+    chat = Chat((Message("user", build_prompt(row)),))
+    return render(chat, template, tokenizer, drop_system_on_error=False)
+
+
+def model_prompts(rows: Sequence[Mapping], tokenizer: Any, template: Optional[ChatTemplate] = None) -> list[str]:
+    """Each row's prompt text: the seed's `build_prompt`, or its chat rendering under `template`."""
+    if template is None:
+        return [build_prompt(row) for row in rows]
+    return [chat_prompt(row, template, tokenizer) for row in rows]
+
+
+def adds_special_tokens(template: Optional[ChatTemplate]) -> bool:
+    """Whether prompts are tokenized with the tokenizer's special tokens: the seed's plain
+    prompts are; a rendered chat already holds the template's own (no second BOS)."""
+    return template is None
+
+
+def template_record(template: Optional[ChatTemplate]) -> Optional[dict[str, str]]:
+    """What rows and headers record about the prompt format: None for the seed's protocol."""
+    return None if template is None else {"origin": template.origin, "digest": template.digest}
+
+
+def template_key(record: Any) -> str:
+    """A comparable form of a recorded `chat_template` value (None, a record, or anything read)."""
+    return json.dumps(record, sort_keys=True, ensure_ascii=False)
+
+
+def describe_template(record: Any) -> str:
+    """A recorded `chat_template` value in words."""
+    if record is None:
+        return "no chat template (the seed's protocol)"
+    if isinstance(record, Mapping):
+        return f"chat template {record.get('origin')} (digest {record.get('digest')})"
+    return f"chat template {record!r}"
+
+
+def protocol_note(record: Any) -> Optional[str]:
+    """The protocol difference a recorded chat template makes; None for the seed's protocol."""
+    if record is None:
+        return None
+    return (f"protocol difference: prompts were rendered with {describe_template(record)} instead of the "
+            "seed's no-template prompt; numbers are not comparable with the seed's protocol")
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Mapping, Optional
 from rich.console import Console
 from rich.table import Table
 
+from proctor.factual.prompts import protocol_note
 from proctor.report import wide_console
 
 
@@ -29,6 +30,14 @@ def print_summary(summary: Mapping, console: Optional[Console] = None) -> None:
         table.add_row(name, str(s["n"]), _fmt(s["accuracy"]), _fmt(s["abstain_rate"]),
                       _fmt(s["accuracy_given_attempted"]), _fmt(ambiguous), _fmt(s["popqa_accuracy"]))
     console.print(table)
+    print_protocol(summary.get("chat_template"), console)
+
+
+def print_protocol(record: object, console: Optional[Console] = None) -> None:
+    """The protocol difference of a chat-formatted run (nothing for the seed's protocol)."""
+    note = protocol_note(record)
+    if note is not None:
+        (console or wide_console()).print(note, soft_wrap=True, markup=False, highlight=False)
 
 
 def print_metrics(result: Mapping, console: Optional[Console] = None) -> None:
@@ -50,3 +59,4 @@ def print_metrics(result: Mapping, console: Optional[Console] = None) -> None:
     console.print(table)
     for note in notes:
         console.print(note, soft_wrap=True)
+    print_protocol(result.get("chat_template"), console)

@@ -1,7 +1,8 @@
 """Score generations against the bank: the seed's scored rows and the summaries per group.
 
 Generations are validated first (`validate_generations`); a file with any problem is never
-scored, so a partial or mismatched run cannot pass for a complete one.
+scored, so a partial or mismatched run cannot pass for a complete one. A generation's
+`chat_template` record (a chat-formatted run) is carried onto its scored row.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def scored_row(row: Mapping, gen: Mapping, model: Optional[str]) -> dict:
         "needs_manual_review": score.needs_manual_review,
         "popqa_match": popqa_match(raw, row["aliases"]),
     })
+    if gen.get("chat_template") is not None:  # seed-protocol rows keep the seed's fields only
+        out["chat_template"] = gen["chat_template"]
     return out
 
 

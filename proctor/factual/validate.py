@@ -3,6 +3,11 @@
 The seed lets a user plug in their own stack (vLLM, an API, a harness); its file joins the
 bank on `query_id`. A partial or mismatched file must never be scored silently: every
 problem is listed, and `ValidationReport.ok` is False when any was found.
+
+A file whose rows record a chat template (`chat_template`, see `prompts.template_record`)
+follows another protocol than the seed's: it can be scored, and `protocol_differences`
+says so (its numbers are not comparable with the seed's); its prompts must then contain
+the bank's `build_prompt`. A file mixing prompt formats is a problem.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from proctor.data.readers import decode_text, split_lines
 from proctor.errors import UserError
-from proctor.factual.prompts import DECODING, build_prompt
+from proctor.factual.prompts import DECODING, build_prompt, describe_template, protocol_note, template_key
 
 #: field -> the types it may hold (required fields first)
 FIELD_TYPES: dict[str, tuple[type, ...]] = {
@@ -27,7 +32,9 @@ FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "prompt": (str,),
     "generated_tokens": (int,),
     "finish_reason": (str,),
+    "chat_template": (dict, type(None)),   # proctor's record of a chat-formatted prompt
 }
+_TEMPLATE_FIELDS = ("origin", "digest")
 REQUIRED = ("query_id", "raw_response")
 _SHOWN = 5  # ids quoted per problem in the summary
 
@@ -77,11 +84,29 @@ class ValidationReport:
     family_mismatch: list[str] = field(default_factory=list)  # fact_id/condition_family differ
     cut_short: list[str] = field(default_factory=list)      # finish_reason "length" before 24 tokens
     stripped: bool = False                                   # every response looks stripped
+    templates: Counter = field(default_factory=Counter)     # template_key(chat_template) -> rows
+
+    @property
+    def mixed_templates(self) -> bool:
+        """Rows made with and without a chat template, or with different ones."""
+        return len(self.templates) > 1
+
+    @property
+    def chat_template(self) -> Any:
+        """The one recorded chat template of every row (None: the seed's protocol, or mixed)."""
+        return json.loads(next(iter(self.templates))) if len(self.templates) == 1 else None
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.duplicate or self.unknown or self.bad_types
-                    or self.prompt_mismatch or self.family_mismatch or self.cut_short or self.stripped)
+                    or self.prompt_mismatch or self.family_mismatch or self.cut_short or self.stripped
+                    or self.mixed_templates)
+
+    def protocol_differences(self) -> list[str]:
+        """How a scorable file departs from the seed's protocol (not problems: the file can be
+        scored, but its numbers are not comparable with the seed's)."""
+        note = protocol_note(self.chat_template)
+        return [] if note is None else [note]
 
     def lines(self) -> list[str]:
         """One line per problem, with counts and the first few ids."""
@@ -92,7 +117,8 @@ class ValidationReport:
             ("unknown", self.unknown, "query ids that are not in the bank"),
             ("wrong types", self.bad_types, "fields of the wrong type"),
             ("prompt mismatch", self.prompt_mismatch,
-             "prompts that differ from the bank's template (protocol mismatch: see build_prompt)"),
+             "prompts that differ from the bank's template (protocol mismatch: see build_prompt; a "
+             "chat-formatted prompt must contain it and its row must record chat_template)"),
             ("bank mismatch", self.family_mismatch, "fact_id/condition_family that differ from the bank"),
             ("cut short", self.cut_short,
              f"responses that hit the length limit before {DECODING.max_new_tokens} new tokens "
@@ -101,6 +127,10 @@ class ValidationReport:
             if items:
                 shown = ", ".join(items[:_SHOWN]) + (", ..." if len(items) > _SHOWN else "")
                 out.append(f"{name}: {len(items)} {why}: {shown}")
+        if self.mixed_templates:
+            counts = "; ".join(f"{n} with {_described(key)}" for key, n in self.templates.items())
+            out.append(f"mixed prompt formats: {counts}; every row must be generated under one protocol "
+                       "(regenerate the file)")
         if self.stripped:
             out.append("stripped responses: no raw_response starts with whitespace; write the raw "
                        "continuation (not stripped, lowercased or truncated)")
@@ -132,7 +162,9 @@ def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterabl
         row = by_id.get(qid)
         if row is None:
             continue
-        if isinstance(gen.get("prompt"), str) and gen["prompt"] != build_prompt(row):
+        chat = gen.get("chat_template") if _valid_template(gen.get("chat_template")) else None
+        report.templates[template_key(chat)] += 1
+        if isinstance(gen.get("prompt"), str) and not _prompt_matches(gen["prompt"], row, chat is not None):
             report.prompt_mismatch.append(qid)
         if any(k in gen and gen[k] != row.get(k) for k in ("fact_id", "condition_family")):
             report.family_mismatch.append(qid)
@@ -150,11 +182,27 @@ def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterabl
     return report
 
 
+def _prompt_matches(prompt: str, row: Mapping[str, Any], chat: bool) -> bool:
+    """The seed's prompt exactly; a chat-formatted one must hold it (a template may trim a turn)."""
+    expected = build_prompt(row)
+    return expected.strip() in prompt if chat else prompt == expected
+
+
+def _valid_template(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(isinstance(value.get(k), str) for k in _TEMPLATE_FIELDS)
+
+
+def _described(key: str) -> str:
+    return describe_template(json.loads(key))
+
+
 def _type_problems(gen: Mapping[str, Any]) -> list[str]:
     problems = [f"required field {name!r} is absent" for name in REQUIRED if name not in gen]
     for name, types in FIELD_TYPES.items():
         value = gen.get(name)
         if name in gen and (not isinstance(value, types) or isinstance(value, bool)):
-            wanted = " or ".join(t.__name__ for t in types)
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
             problems.append(f"field {name!r} is {type(value).__name__}, expected {wanted}")
+    if isinstance(gen.get("chat_template"), dict) and not _valid_template(gen["chat_template"]):
+        problems.append("field 'chat_template' must hold the template's 'origin' and 'digest' as strings")
     return problems

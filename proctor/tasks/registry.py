@@ -13,6 +13,7 @@ from typing import Mapping, Optional
 
 from proctor.errors import UserError
 from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
+from proctor.tasks import bbh_olmes
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
 from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
@@ -25,7 +26,7 @@ from proctor.tasks.suite import Suite
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
            "leaf_specs", "task_config", "task_rows", "add_task", "added_specs", "alias_of"]
 
-_FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh,
+_FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,
              lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, lb_gsm8k, humaneval, perplexity)
 
 
@@ -70,6 +71,10 @@ def _suites() -> dict[str, Suite]:
                           aggregations=("mc_or_rc",), primary="mc_or_rc")
     # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
     out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
+    # OLMES's Tulu BBH suites: micro mean over all docs (allenai/olmes task_suites.py)
+    for fmt in bbh_olmes.FORMATS:
+        name = bbh_olmes.suite_name(fmt)
+        out[name] = Suite(name, tuple(bbh_olmes.spec_name(t, fmt) for t in bbh.TASKS), primary="micro")
     # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
     for name, members in lb_mmlu.suites().items():
         whole = name == seed_suites.MMLU_LEADERBOARD  # all 57 subjects: RRGS is defined on it

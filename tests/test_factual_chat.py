@@ -1,0 +1,509 @@
+"""The factual probe with `--chat-template`: the seed's no-template protocol stays the default;
+a chat run renders each prompt as one user turn, stops at the template's end of turn, reads
+hidden states at the rendered prompt's last token, records the template everywhere, is
+reported by validate as a protocol difference, and never resumes or mixes another format."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from proctor.cli import main
+from proctor.engine.chat import ChatTemplate
+from proctor.errors import UserError
+from proctor.factual.bank import read_bank, write_bank
+from proctor.factual.generate import end_of_turn_ids, generate
+from proctor.factual.hidden import INDEX, extract_hidden, load_hidden
+from proctor.factual.metrics import check_same_prompts
+from proctor.factual.prompts import build_prompt, chat_prompt, model_prompts, template_record
+from proctor.factual.validate import validate_generations
+from test_factual_generate import ScriptedModel
+from tinylm import build_tiny_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+QUERY = "Which planet is closest to the sun?"
+SEED_ANCHOR = f"Question: {QUERY}\nAnswer with only the shortest correct answer.\nAnswer:"
+CHAT_ANCHOR = f"<|im_start|>user\n{SEED_ANCHOR}<|im_end|>\n<|im_start|>assistant\n"
+SEED_FIELDS = ["query_id", "fact_id", "condition_family", "model", "prompt", "raw_response", "generated_tokens",
+               "finish_reason"]
+# a template of another layout, as a user's Jinja file
+INST = ("{% for message in messages %}[INST] {{ message['content'] }} [/INST]{% endfor %}"
+        "{% if add_generation_prompt %} Answer briefly:{% endif %}")
+
+
+def make_rows(n: int) -> list[dict]:
+    families = ("anchor", "paraphrase", "reverse", "crosslingual")
+    return [{"query_id": f"query_{i:04d}", "fact_id": f"fact_{i // 2:04d}", "condition_family": families[i % 4],
+             "query": QUERY + " Paris is the capital of France." * (i * 7 % 5), "use_for_main_forward": True}
+            for i in range(n)]
+
+
+def load(directory: Path) -> SimpleNamespace:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(str(directory)).eval()
+    return SimpleNamespace(dir=directory, model=model, tokenizer=AutoTokenizer.from_pretrained(str(directory)))
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The tiny Llama with a ChatML template and EOS <|im_end|>."""
+    return load(build_tiny_model(tmp_path_factory.mktemp("chat") / "model", chat=True))
+
+
+@pytest.fixture(scope="module")
+def tiny_bos(tmp_path_factory):
+    """The same with a BOS token its tokenizer prepends (which ChatML does not write)."""
+    return load(build_tiny_model(tmp_path_factory.mktemp("chat_bos") / "model", chat=True, bos=True))
+
+
+@pytest.fixture(scope="module")
+def chatml(tiny) -> ChatTemplate:
+    return ChatTemplate.resolve(None, tiny.tokenizer)
+
+
+@pytest.fixture
+def inst_file(tmp_path) -> Path:
+    path = tmp_path / "inst.jinja"
+    path.write_text(INST, encoding="utf-8")
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+class Recording:
+    """A model whose `generate` calls are recorded (the unpadded input ids of each row)."""
+
+    def __init__(self, model: Any):
+        self.model, self.inputs = model, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+    def generate(self, **kw: Any) -> Any:
+        for ids, mask in zip(kw["input_ids"].tolist(), kw["attention_mask"].tolist()):
+            self.inputs.append([t for t, m in zip(ids, mask) if m])
+        return self.model.generate(**kw)
+
+
+class Dying(Recording):
+    """Fails after `batches` generate calls, leaving a partial file behind."""
+
+    def __init__(self, model: Any, batches: int):
+        super().__init__(model)
+        self.batches = batches
+
+    def generate(self, **kw: Any) -> Any:
+        if self.batches == 0:
+            raise RuntimeError("killed")
+        self.batches -= 1
+        return self.model.generate(**kw)
+
+
+def greedy_alone(model: Any, ids: list[int], eos: list[int]) -> list[int]:
+    with torch.inference_mode():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=24, pad_token_id=eos[0], eos_token_id=eos)
+    new = out[0, len(ids):].tolist()
+    return new[:next((k for k, t in enumerate(new) if t in eos), len(new))]
+
+
+# ---------------------------------------------------------------- prompts
+
+
+def test_the_default_keeps_the_seeds_prompt_bytes(tiny):
+    rows = make_rows(4)
+    assert model_prompts(rows, tiny.tokenizer) == [build_prompt(r) for r in rows]
+    assert model_prompts(rows[:1], tiny.tokenizer)[0] == SEED_ANCHOR
+    assert template_record(None) is None
+
+
+def test_a_chat_prompt_is_one_user_turn_with_the_generation_prompt(tiny, chatml, inst_file):
+    anchor, paraphrase = make_rows(2)
+    assert chat_prompt(anchor, chatml, tiny.tokenizer) == CHAT_ANCHOR
+    assert chat_prompt(paraphrase, chatml, tiny.tokenizer) == (
+        f"<|im_start|>user\n{paraphrase['query']}\nAnswer:<|im_end|>\n<|im_start|>assistant\n")
+    messages = [{"role": "user", "content": build_prompt(anchor)}]
+    assert CHAT_ANCHOR == tiny.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    inst = ChatTemplate.resolve(str(inst_file), tiny.tokenizer)
+    assert chat_prompt(anchor, inst, tiny.tokenizer) == f"[INST] {SEED_ANCHOR} [/INST] Answer briefly:"
+    assert template_record(chatml) == {"origin": "tokenizer", "digest": chatml.digest}
+    assert template_record(inst) == {"origin": str(inst_file), "digest": inst.digest} != template_record(chatml)
+
+
+def test_the_end_of_turn_is_a_stop_token_besides_the_eos(tiny, chatml):
+    tok = tiny.tokenizer
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert end_of_turn_ids(None, tok) == [] and end_of_turn_ids(chatml, tok, [im_end]) == []
+    assert end_of_turn_ids(chatml, tok, [tok.convert_tokens_to_ids("<|endoftext|>")]) == [im_end]
+
+
+# ---------------------------------------------------------------- generation
+
+
+def test_a_default_run_writes_the_seeds_rows_from_the_seeds_tokens(tiny_bos, tmp_path):
+    rows = make_rows(5)
+    model = Recording(tiny_bos.model)
+    generate(rows, model, tiny_bos.tokenizer, tmp_path / "gen.jsonl", model_name="tiny", batch_size=2,
+             progress=False)
+    got = read_jsonl(tmp_path / "gen.jsonl")
+    assert [list(g) for g in got] == [SEED_FIELDS] * 5
+    assert [g["prompt"] for g in got] == [build_prompt(r) for r in rows] and got[0]["prompt"] == SEED_ANCHOR
+    bos = tiny_bos.tokenizer.bos_token_id
+    assert sorted(model.inputs) == sorted(tiny_bos.tokenizer(g["prompt"])["input_ids"] for g in got)
+    assert all(ids[0] == bos for ids in model.inputs)  # the tokenizer's special tokens, as before
+
+
+def test_a_chat_run_renders_records_and_generates_from_the_template_tokens(tiny_bos, tmp_path):
+    tok = tiny_bos.tokenizer
+    template = ChatTemplate.resolve(None, tok)
+    rows = make_rows(5)
+    model = Recording(tiny_bos.model)
+    stats = generate(rows, model, tok, tmp_path / "gen.jsonl", model_name="tiny", batch_size=2, progress=False,
+                     chat_template=template)
+    got = read_jsonl(tmp_path / "gen.jsonl")
+    assert stats.generated_rows == 5 and got[0]["prompt"] == CHAT_ANCHOR
+    record = {"origin": "tokenizer", "digest": template.digest}
+    for row, g in zip(rows, got):
+        assert list(g) == [*SEED_FIELDS, "chat_template"] and g["chat_template"] == record
+        assert g["prompt"] == chat_prompt(row, template, tok)
+        ids = tok(g["prompt"], add_special_tokens=False)["input_ids"]
+        assert ids[0] != tok.bos_token_id and ids in model.inputs  # no BOS the template does not write
+        new = greedy_alone(tiny_bos.model, ids, [tok.eos_token_id])
+        assert g["raw_response"] == tok.decode(new, skip_special_tokens=True)
+
+
+def test_a_chat_reply_ends_at_the_templates_end_of_turn(tmp_path):
+    from tinylm import build_tokenizer
+
+    tok = build_tokenizer(chat=True)
+    tok.eos_token = "<|endoftext|>"  # a model whose EOS is not the template's end of turn
+    template = ChatTemplate.resolve(None, tok)
+    rows = make_rows(2)
+    prompts = model_prompts(rows, tok, template)
+    words = tok.encode(" Mercury", add_special_tokens=False)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    scripts = {prompts[0]: words + [im_end] + words * 3, prompts[1]: (words * 30)[:24]}
+    generate(rows, ScriptedModel(tok, scripts), tok, tmp_path / "gen.jsonl", model_name="m", progress=False,
+             chat_template=template)
+    got = read_jsonl(tmp_path / "gen.jsonl")
+    assert [(g["raw_response"], g["generated_tokens"], g["finish_reason"]) for g in got] == [
+        (" Mercury", len(words), "stop"), (tok.decode(scripts[prompts[1]]), 24, "length")]
+
+
+# ---------------------------------------------------------------- resume and existing files
+
+
+def interrupted(tiny, rows, out: Path, **kwargs) -> Path:
+    """A partial file of one finished batch."""
+    with pytest.raises(RuntimeError, match="killed"):
+        generate(rows, Dying(tiny.model, 1), tiny.tokenizer, out, model_name="tiny", batch_size=2,
+                 progress=False, **kwargs)
+    partial = Path(f"{out}.partial")
+    assert len(partial.read_text().splitlines()) == 1 + 2
+    return partial
+
+
+def test_resume_never_mixes_rows_of_two_prompt_formats(tiny, chatml, inst_file, tmp_path):
+    rows = make_rows(6)
+    inst = ChatTemplate.resolve(str(inst_file), tiny.tokenizer)
+    whole = tmp_path / "whole.jsonl"
+    generate(rows, tiny.model, tiny.tokenizer, whole, model_name="tiny", batch_size=2, progress=False,
+             chat_template=chatml)
+
+    out = tmp_path / "gen.jsonl"
+    partial = interrupted(tiny, rows, out, chat_template=chatml)
+    before = partial.read_bytes()
+    for other, said in [(None, "no chat template"), (inst, f"chat template {inst_file}")]:
+        with pytest.raises(UserError, match=f"made with chat template tokenizer .*now with {said}.*"
+                                            "never mixed.*same --chat-template setting to resume"):
+            generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False,
+                     chat_template=other)
+        assert partial.read_bytes() == before  # refused before touching it
+    stats = generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False,
+                     chat_template=chatml)
+    assert (stats.resumed_rows, stats.generated_rows) == (2, 4)
+    assert out.read_bytes() == whole.read_bytes()
+
+
+def test_a_seed_partial_is_not_resumed_with_a_template_even_from_before_the_field(tiny, chatml, tmp_path):
+    rows = make_rows(6)
+    out = tmp_path / "gen.jsonl"
+    partial = interrupted(tiny, rows, out)
+    lines = partial.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    assert header["chat_template"] is None
+    del header["chat_template"]  # as the partial files written before chat templates existed
+    partial.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    with pytest.raises(UserError, match=r"made with no chat template \(the seed's protocol\), now with chat "
+                                        "template tokenizer"):
+        generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False,
+                 chat_template=chatml)
+    stats = generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False)
+    assert stats.resumed_rows == 2 and all("chat_template" not in g for g in read_jsonl(out))
+
+
+def test_a_finished_file_of_another_format_is_refused(tiny, chatml, tmp_path):
+    rows = make_rows(4)
+    seed, chat = tmp_path / "seed.jsonl", tmp_path / "chat.jsonl"
+    generate(rows, tiny.model, tiny.tokenizer, seed, model_name="tiny", progress=False)
+    generate(rows, tiny.model, tiny.tokenizer, chat, model_name="tiny", progress=False, chat_template=chatml)
+    with pytest.raises(UserError, match="holds generations made with no chat template .*not chat template "
+                                        "tokenizer.*another --name"):
+        generate(rows, tiny.model, tiny.tokenizer, seed, model_name="tiny", progress=False, chat_template=chatml)
+    with pytest.raises(UserError, match="made with chat template tokenizer .*, not no chat template"):
+        generate(rows, tiny.model, tiny.tokenizer, chat, model_name="tiny", progress=False)
+    again = generate(rows, tiny.model, tiny.tokenizer, chat, model_name="tiny", progress=False,
+                     chat_template=chatml)
+    assert again.already_complete
+
+
+# ---------------------------------------------------------------- hidden states
+
+
+def test_chat_states_are_read_at_the_rendered_prompts_last_token(tiny_bos, tmp_path):
+    tok = tiny_bos.tokenizer
+    template = ChatTemplate.resolve(None, tok)
+    rows = make_rows(5)
+    index = extract_hidden(rows, tiny_bos.model, tok, tmp_path / "h", model_name="tiny", model_identity="t",
+                           bank_version="v", batch_size=2, progress=False, chat_template=template)
+    assert index.chat_template == {"origin": "tokenizer", "digest": template.digest}
+    assert json.loads((tmp_path / "h" / INDEX).read_text())["chat_template"] == index.chat_template
+    states = load_hidden(tmp_path / "h")
+    assert states.index.chat_template == index.chat_template
+    with torch.inference_mode():
+        for i, row in enumerate(rows):
+            ids = tok(chat_prompt(row, template, tok), add_special_tokens=False)["input_ids"]
+            assert ids[-3:] == tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"][-3:]
+            out = tiny_bos.model(torch.tensor([ids]), output_hidden_states=True)
+            for layer in index.layers:
+                alone = out.hidden_states[layer + 1][0, -1].to(torch.float16).numpy()
+                assert abs(states.layers[layer][i].astype("float32") - alone.astype("float32")).max() < 2e-3
+
+
+def test_hidden_states_of_another_format_are_never_resumed(tiny, chatml, tmp_path):
+    rows = make_rows(4)
+    out = tmp_path / "h"
+    seed = extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
+                          bank_version="v", progress=False)
+    assert seed.chat_template is None
+    with pytest.raises(UserError, match=r"holds a finished extraction made with no chat template \(the seed's "
+                                        r"protocol\), not chat template tokenizer"):
+        extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
+                       bank_version="v", progress=False, chat_template=chatml)
+    data = json.loads((out / INDEX).read_text())
+    del data["chat_template"]  # an index written before the field: the seed's protocol
+    (out / INDEX).write_text(json.dumps({**data, "complete": False, "batches_done": 0}))
+    with pytest.raises(UserError, match="holds an unfinished extraction made with no chat template"):
+        extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
+                       bank_version="v", progress=False, chat_template=chatml)
+    again = extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
+                           bank_version="v", progress=False)
+    assert again.complete and again.chat_template is None
+
+
+def test_metrics_refuse_scored_rows_and_states_of_two_formats(chatml):
+    record = template_record(chatml)
+    hidden: Any = SimpleNamespace(index=SimpleNamespace(chat_template=None))
+    check_same_prompts([{"query_id": "q", "label": "correct"}], hidden, "scored")
+    with pytest.raises(UserError, match="scored holds rows generated with chat template tokenizer .*hidden states "
+                                        "were extracted with no chat template"):
+        check_same_prompts([{"query_id": "q", "label": "correct", "chat_template": record}], hidden, "scored")
+    hidden.index.chat_template = record
+    check_same_prompts([{"query_id": "q", "label": "correct", "chat_template": record}], hidden, "scored")
+
+
+# ---------------------------------------------------------------- validate
+
+
+def generation(row: dict, record: Any = None, prompt: str | None = None) -> dict:
+    out = {"query_id": row["query_id"], "fact_id": row["fact_id"], "condition_family": row["condition_family"],
+           "model": "m", "prompt": prompt or build_prompt(row), "raw_response": " Paris", "generated_tokens": 2,
+           "finish_reason": "stop"}
+    return out if record is None else {**out, "chat_template": record}
+
+
+def test_validate_reports_a_chat_run_as_a_protocol_difference(tiny, chatml):
+    rows = make_rows(6)
+    seed = validate_generations(rows, [generation(r) for r in rows])
+    assert seed.ok and seed.lines() == [] and seed.protocol_differences() == [] and seed.chat_template is None
+    record = template_record(chatml)
+    chat = validate_generations(rows, [generation(r, record, chat_prompt(r, chatml, tiny.tokenizer))
+                                       for r in rows])
+    assert chat.ok and chat.lines() == [] and chat.chat_template == record
+    assert chat.protocol_differences() == [
+        f"protocol difference: prompts were rendered with chat template tokenizer (digest {chatml.digest}) "
+        "instead of the seed's no-template prompt; numbers are not comparable with the seed's protocol"]
+
+
+def test_validate_refuses_mixed_formats_and_chat_prompts_without_the_query(tiny, chatml, inst_file):
+    rows = make_rows(6)
+    record = template_record(chatml)
+    chats = [generation(r, record, chat_prompt(r, chatml, tiny.tokenizer)) for r in rows]
+    mixed = validate_generations(rows, chats[:4] + [generation(r) for r in rows[4:]])
+    assert not mixed.ok and mixed.chat_template is None
+    assert mixed.lines() == [f"mixed prompt formats: 4 with chat template tokenizer (digest {chatml.digest}); "
+                             "2 with no chat template (the seed's protocol); every row must be generated "
+                             "under one protocol (regenerate the file)"]
+    inst = template_record(ChatTemplate.resolve(str(inst_file), tiny.tokenizer))
+    two = validate_generations(rows, chats[:5] + [{**chats[5], "chat_template": inst}])
+    assert not two.ok and two.lines()[0].startswith("mixed prompt formats: 5 with chat template tokenizer")
+
+    damaged = [dict(g) for g in chats]
+    damaged[0]["prompt"] = "<|im_start|>user\nSomething else<|im_end|>\n<|im_start|>assistant\n"
+    damaged[1]["chat_template"] = "tokenizer"
+    damaged[2]["chat_template"] = {"origin": "tokenizer"}
+    del damaged[3]["chat_template"]  # a rendered prompt that does not say so
+    report = validate_generations(rows, damaged)
+    assert not report.ok
+    assert report.prompt_mismatch == ["query_0000", "query_0001", "query_0002", "query_0003"]  # 1, 2: unreadable
+    assert report.bad_types == ["line 2: field 'chat_template' is str, expected dict or null",
+                                "line 3: field 'chat_template' must hold the template's 'origin' and 'digest' "
+                                "as strings"]
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def bank_rows(facts: int) -> list[dict]:
+    """A small valid bank: each fact's anchor and paraphrase."""
+    rows = []
+    for f in range(facts):
+        for family, query in (("anchor", f"Which city is capital {f}?"), ("paraphrase", f"Capital {f} is where?")):
+            rows.append({
+                "query_id": f"query_{f:03d}_{family}", "fact_id": f"fact_{f:03d}", "relation": "capital",
+                "relation_id": "P36", "condition_family": family, "language": "en", "target_slot": "object",
+                "answer_type": "place", "answer_granularity": "entity", "answer_in_subject_surface": False,
+                "query": query, "aliases": ["Paris"], "distractors": ["Berlin"], "use_for_main_forward": True,
+                "use_for_reverse_analysis": False, "use_for_recognition_analysis": False,
+                "subject": f"Country {f}"})
+    return rows
+
+
+def cli(*args: Any) -> int:
+    return main(["factual", *map(str, args)])
+
+
+def test_the_commands_take_a_chat_template_and_record_it(tiny, chatml, tmp_path, capsys):
+    write_bank(tmp_path / "bank.jsonl", bank_rows(6))
+    bank = read_bank(tmp_path / "bank.jsonl")
+    out = tmp_path / "out"
+    common = ["--bank", tmp_path / "bank.jsonl", "--output-dir", out, "--no-progress"]
+    model = ["--model", tiny.dir, "--name", "chat", "--device", "cpu", "--dtype", "float32"]
+    assert cli("generate", *common, *model, "--chat-template") == 0
+    assert "protocol difference: prompts were rendered with chat template tokenizer" in capsys.readouterr().err
+    gens = read_jsonl(out / "generations" / "chat.jsonl")
+    record = {"origin": "tokenizer", "digest": chatml.digest}
+    assert [g["chat_template"] for g in gens] == [record] * len(bank.rows)
+    assert gens[0]["prompt"] == ("<|im_start|>user\nQuestion: Which city is capital 0?\nAnswer with only the "
+                                 "shortest correct answer.\nAnswer:<|im_end|>\n<|im_start|>assistant\n")
+
+    assert cli("validate", "--bank", tmp_path / "bank.jsonl", "--generations", out / "generations" / "chat.jsonl") == 0
+    said = capsys.readouterr().out
+    assert "ready to score" in said and "not comparable with the seed's protocol" in said
+
+    assert cli("score", *common, "--generations", out / "generations" / "chat.jsonl") == 0
+    assert "not comparable with the seed's protocol" in capsys.readouterr().out
+    scored = read_jsonl(out / "scored" / "chat.scored.jsonl")
+    assert {json.dumps(s["chat_template"]) for s in scored} == {json.dumps(record)}
+    assert json.loads((out / "scored" / "chat.summary.json").read_text())["chat_template"] == record
+
+    assert cli("hidden", *common, *model, "--chat-template") == 0
+    assert json.loads((out / "hidden" / "chat" / INDEX).read_text())["chat_template"] == record
+    assert cli("metrics", *common, "--name", "chat", "--bootstrap", 5) == 0
+    assert "not comparable with the seed's protocol" in capsys.readouterr().out
+    assert json.loads((out / "metrics" / "chat.json").read_text())["chat_template"] == record
+
+    (out / "metrics" / "chat.json").unlink()
+    shutil.rmtree(out / "hidden" / "chat")
+    assert cli("hidden", *common, *model) == 0  # without the template: another format under the same name
+    assert cli("metrics", *common, "--name", "chat", "--bootstrap", 5) == 2
+    assert "hidden states were extracted with no chat template" in capsys.readouterr().err
+
+
+def test_run_with_a_template_file_records_it_in_every_file(tiny, inst_file, tmp_path, capsys):
+    write_bank(tmp_path / "bank.jsonl", bank_rows(6))
+    out = tmp_path / "out"
+    assert cli("run", "--bank", tmp_path / "bank.jsonl", "--output-dir", out, "--no-progress", "--model", tiny.dir,
+               "--name", "inst", "--device", "cpu", "--dtype", "float32", "--bootstrap", 5,
+               "--chat-template", inst_file) == 0
+    record = template_record(ChatTemplate.from_file(inst_file))
+    gens = read_jsonl(out / "generations" / "inst.jsonl")
+    assert {json.dumps(g["chat_template"]) for g in gens} == {json.dumps(record)}
+    assert gens[1]["prompt"] == "[INST] Capital 0 is where?\nAnswer: [/INST] Answer briefly:"
+    assert json.loads((out / "scored" / "inst.summary.json").read_text())["chat_template"] == record
+    assert load_hidden(out / "hidden" / "inst").index.chat_template == record
+    assert json.loads((out / "metrics" / "inst.json").read_text())["chat_template"] == record
+
+
+def test_a_seed_run_and_a_chat_run_under_one_name_are_refused(tiny, tmp_path, capsys):
+    write_bank(tmp_path / "bank.jsonl", bank_rows(3))
+    common = ["--bank", tmp_path / "bank.jsonl", "--output-dir", tmp_path / "out", "--no-progress",
+              "--model", tiny.dir, "--name", "t", "--device", "cpu", "--dtype", "float32"]
+    assert cli("generate", *common) == 0
+    gens = read_jsonl(tmp_path / "out" / "generations" / "t.jsonl")
+    assert [list(g) for g in gens] == [SEED_FIELDS] * 6
+    assert "protocol difference" not in capsys.readouterr().err
+    assert cli("validate", "--bank", tmp_path / "bank.jsonl",
+               "--generations", tmp_path / "out" / "generations" / "t.jsonl") == 0
+    assert "protocol difference" not in capsys.readouterr().out
+    assert cli("generate", *common, "--chat-template") == 2
+    assert "already holds generations made with no chat template" in capsys.readouterr().err
+    assert cli("hidden", *common) == 0
+    assert cli("hidden", *common, "--chat-template") == 2
+    assert "made with no chat template (the seed's protocol), not chat template tokenizer" in capsys.readouterr().err
+    assert cli("run", *common, "--chat-template", tmp_path / "missing.jinja") == 2
+    assert f"chat template file {tmp_path / 'missing.jinja'} does not exist" in capsys.readouterr().err
+
+
+def test_a_tokenizer_without_a_template_needs_a_file(tmp_path, inst_file, capsys):
+    plain = build_tiny_model(tmp_path / "plain")
+    write_bank(tmp_path / "bank.jsonl", bank_rows(2))
+    common = ["--bank", tmp_path / "bank.jsonl", "--output-dir", tmp_path / "out", "--no-progress",
+              "--model", plain, "--name", "p", "--device", "cpu", "--dtype", "float32"]
+    assert cli("generate", *common, "--chat-template") == 2
+    assert "tokenizer has no chat template; pass --chat-template FILE" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "generations").exists()
+    assert cli("generate", *common, "--chat-template", inst_file) == 0
+    assert read_jsonl(tmp_path / "out" / "generations" / "p.jsonl")[0]["chat_template"]["origin"] == str(inst_file)
+
+
+# ---------------------------------------------------------------- the real model
+
+
+@pytest.mark.slow  # loads the real SmolLM2
+def test_smollm2_chat_generations_equal_transformers_own_chat_generation(tmp_path):
+    from proctor.backends.models import load_model
+    from proctor.backends.sources import resolve_source
+
+    loaded = load_model(resolve_source("smollm2-135m"), dtype=torch.float32, device=torch.device("cpu"))
+    tok = loaded.tokenizer
+    template = ChatTemplate.resolve(None, tok)
+    rows = [{"query_id": "q1", "fact_id": "f1", "condition_family": "anchor",
+             "query": "What is the capital of France?"},
+            {"query_id": "q2", "fact_id": "f2", "condition_family": "paraphrase",
+             "query": "The capital city of Germany is called what?"}]
+    generate(rows, loaded.model, tok, tmp_path / "gen.jsonl", model_name="smollm2", progress=False,
+             chat_template=template)
+    got = read_jsonl(tmp_path / "gen.jsonl")
+    for row, g in zip(rows, got):
+        messages = [{"role": "user", "content": build_prompt(row)}]
+        assert g["prompt"] == tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert g["prompt"].startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+        assert g["prompt"].endswith(f"{build_prompt(row)}<|im_end|>\n<|im_start|>assistant\n")
+        ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
+        ids = list(ids if isinstance(ids, list) else ids["input_ids"])  # a BatchEncoding in newer transformers
+        new = greedy_alone(loaded.model, ids, [tok.convert_tokens_to_ids("<|im_end|>")])
+        assert g["raw_response"] == tok.decode(new, skip_special_tokens=True)
+        assert "<|im_end|>" not in g["raw_response"]
+    assert "stop" in {g["finish_reason"] for g in got}
+    assert validate_generations(rows, got).protocol_differences()
