@@ -507,3 +507,15 @@ def test_smollm2_chat_generations_equal_transformers_own_chat_generation(tmp_pat
         assert "<|im_end|>" not in g["raw_response"]
     assert "stop" in {g["finish_reason"] for g in got}
     assert validate_generations(rows, got).protocol_differences()
+
+
+def test_chat_replies_without_a_leading_space_are_not_taken_for_stripped_ones():
+    """A chat reply opens its own turn, so the seed's "no response starts with whitespace"
+    check (for prompts ending in "Answer:") does not apply to rows rendered with a template."""
+    from proctor.factual.validate import validate_generations
+
+    bank = [{"query_id": f"q{i}", "fact_id": f"f{i}", "condition_family": "anchor"} for i in range(25)]
+    rows = [{"query_id": f"q{i}", "raw_response": "Paris", "chat_template": {"origin": "tokenizer", "digest": "d"}}
+            for i in range(25)]
+    assert not validate_generations(bank, rows).stripped
+    assert validate_generations(bank, [{k: v for k, v in r.items() if k != "chat_template"} for r in rows]).stripped

@@ -169,7 +169,9 @@ def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterabl
         if any(k in gen and gen[k] != row.get(k) for k in ("fact_id", "condition_family")):
             report.family_mismatch.append(qid)
         text = gen.get("raw_response")
-        if isinstance(text, str) and text:
+        # the seed's prompts end in "Answer:", so a raw continuation starts with a space; a
+        # chat reply starts a turn of its own and need not
+        if isinstance(text, str) and text and chat is None:
             responses += 1
             leading_space += text[:1].isspace()
         tokens = gen.get("generated_tokens")
