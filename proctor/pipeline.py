@@ -18,7 +18,7 @@ from proctor.engine import Engine
 from proctor.errors import UserError
 from proctor.metrics import Stat
 from proctor.outputs.records import MetricSummary, SpecScore, TaskRecord, finite
-from proctor.requests import Chat, Request
+from proctor.requests import Request, is_chat, policy_of
 from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.base import Task, TaskConfig, Work
 from proctor.tasks.registry import alias_of, resolve
@@ -61,11 +61,11 @@ class Plan:
 
     def uses_policy(self, policy: str) -> bool:
         """Whether any request follows this tokenization policy (`proctor.requests.Policy`)."""
-        return any(getattr(r, "policy", "olmes") == policy for r in self.requests())
+        return any(policy_of(r) == policy for r in self.requests())
 
     def has_chats(self) -> bool:
         """Whether any request's context is a chat (the run then needs a chat template)."""
-        return any(isinstance(getattr(r, "context", None), Chat) for r in self.requests())
+        return any(is_chat(r) for r in self.requests())
 
     def preflight(self, allow_unsafe_exec: bool) -> None:
         """Let every task refuse now what it would refuse after the model work."""
@@ -165,7 +165,7 @@ def score(evaluation: Plan, engine: Engine) -> ScoredPlan:
     primary: dict[str, Stat] = {}
     for name, run in evaluation.tasks.items():
         t0 = time.perf_counter()
-        policies = {getattr(r, "policy", "olmes") for r in run.requests()}
+        policies = {policy_of(r) for r in run.requests()}
         window = max((engine.policy.max_length_of(p) for p in policies), default=engine.policy.max_length)
         run.warnings.extend(truncation_warnings(run, engine.truncated, window))
         scored = run.task.score_docs(run.instances, results)

@@ -213,3 +213,13 @@ class GenerateResult:
 
 Request = Union[Loglikelihood, RollingLoglikelihood, Generate]
 Result = Union[LoglikelihoodResult, GenerateResult]
+
+
+def policy_of(request: Request) -> str:
+    """Whose tokenization a request follows (rolling documents have one rule of their own)."""
+    return "olmes" if isinstance(request, RollingLoglikelihood) else request.policy
+
+
+def is_chat(request: Request) -> bool:
+    """Whether the request's context is a chat (the run then needs a chat template)."""
+    return not isinstance(request, RollingLoglikelihood) and isinstance(request.context, Chat)

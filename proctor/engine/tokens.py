@@ -268,10 +268,17 @@ class TokenizationPolicy:
             out.extend(window(p, n) for p in self.encode_many(pairs[i : i + _ENCODE_CHUNK], policy))
         return out
 
+    def _texts(self, contexts: Sequence[Context], policy: str) -> list[str]:
+        """Each context as text, every distinct chat rendered once (a document's choices share one)."""
+        rendered = {c: self.text(c, policy) for c in dict.fromkeys(contexts)}
+        return [rendered[c] for c in contexts]
+
     def request_windows(self, requests: Sequence[Loglikelihood]) -> list[Window]:
         """Each loglikelihood request's window, under its own policy, chats rendered."""
-        return _by_policy(requests, lambda r: r.policy, lambda group, policy: self.windows(
-            [(self.text(r.context, policy), r.continuation) for r in group], policy))
+        def run(group: list[Loglikelihood], policy: str) -> list[Window]:
+            texts = self._texts([r.context for r in group], policy)
+            return self.windows([(t, r.continuation) for t, r in zip(texts, group)], policy)
+        return _by_policy(requests, lambda r: r.policy, run)
 
     def rolling_windows(self, texts: Sequence[str]) -> list[list[Window]]:
         """Each text's chunks (`rolling_windows`); a text with no tokens has none."""
@@ -297,8 +304,10 @@ class TokenizationPolicy:
 
     def request_generation_contexts(self, requests: Sequence[Generate]) -> list[GenerationContext]:
         """Each generation request's model input, under its own policy, chats rendered."""
-        return _by_policy(requests, lambda r: r.policy, lambda group, policy: self.generation_contexts(
-            [(self.text(r.context, policy), r.max_gen_toks) for r in group], policy))
+        def run(group: list[Generate], policy: str) -> list[GenerationContext]:
+            texts = self._texts([r.context for r in group], policy)
+            return self.generation_contexts([(t, r.max_gen_toks) for t, r in zip(texts, group)], policy)
+        return _by_policy(requests, lambda r: r.policy, run)
 
 
 @dataclass(frozen=True)
