@@ -201,8 +201,8 @@ def evaluate(
     else:
         model_backend = ranks.in_turn(lambda: open_backend(given.options))
     load_seconds = time.perf_counter() - t0 - data_seconds
-    # OLMES specs keep OLMES's window unless --max-length says otherwise
-    olmes_max_length = max_length if max_length is not None else min(DEFAULT_MAX_LENGTH, model_backend.max_length)
+    # OLMES specs keep OLMES's window unless --max-length says otherwise (a Backend object has its own)
+    olmes_max_length = min(max_length or DEFAULT_MAX_LENGTH, model_backend.max_length)
     template = (ChatTemplate.resolve(template_option, model_backend.tokenizer)
                 if evaluation.has_chats() else None)
     engine = Engine(model_backend, batch_size=batch, cache=result_cache, progress=progress and ranks.is_main,

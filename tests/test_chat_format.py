@@ -374,3 +374,20 @@ def test_each_spec_gets_its_protocols_context_window(tmp_path, data_dir):
     given = proctor.evaluate(model, tasks=["mmlu_astronomy::leaderboard"], limit=1, data_dir=data_dir,
                              max_length=64, cache=False, progress=False)
     assert given.model.max_length == 64 and any("did not fit in --max-length 64" in w for w in given.warnings)
+
+
+def test_proctor_prompts_writes_each_chats_rendered_prompt(tmp_path, data_dir, monkeypatch):
+    from proctor.cli import main
+
+    model = build_tiny_model(tmp_path / "chat", chat=True)
+    monkeypatch.setenv("PROCTOR_DATA_DIR", str(data_dir))
+    out = tmp_path / "prompts"
+    assert main(["prompts", "--tasks", "mmlu_astronomy::leaderboard", "--limit", "1", "--chat-template",
+                 "--no-fewshot-as-multiturn", "--model", str(model), "--output", str(out)]) == 0
+    row = json.loads((out / "mmlu_astronomy-leaderboard" / "requests.jsonl").read_text().splitlines()[0])
+    messages = row["request"]["context"]["messages"]
+    assert [m["role"] for m in messages] == ["system", "user"]   # single turn
+    assert row["request"]["rendered_context"] == (
+        f"<|im_start|>system\n{messages[0]['content']}<|im_end|>\n<|im_start|>user\n{messages[1]['content']}"
+        "<|im_end|>\n<|im_start|>assistant\n")
+    assert row["request"]["continuation"] == "A" and row["request"]["policy"] == "lm_eval"
