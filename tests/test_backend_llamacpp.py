@@ -123,6 +123,26 @@ def test_gsm8k_greedy_matches_the_hf_backend(llama, hf, data_dir, gsm8k_variant)
 
 
 @pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
+def test_the_ggufs_chat_template_renders_as_the_hf_tokenizers(llama, hf, data_dir):
+    """The GGUF's own template (tokenizer.chat_template) serves --chat-template on llama.cpp:
+    the same rendered prompt and end of turn as the converted HF tokenizer's."""
+    from proctor.engine import Engine
+    from proctor.engine.chat import ChatTemplate
+
+    template = ChatTemplate.of_tokenizer(llama.tokenizer)
+    assert template is not None and template.source == hf.tokenizer.chat_template
+    (run,) = plan(["mmlu_abstract_algebra::leaderboard"], data_dir, 2,
+                  proctor.pipeline.PromptOptions(chat=True)).tasks.values()
+    requests = [r for inst in run.instances for r in inst.requests]
+    ours = Engine(llama, progress=False, chat_template=template)
+    theirs = Engine(hf, progress=False, chat_template=ChatTemplate.of_tokenizer(hf.tokenizer))
+    assert ours.policy.request_windows(requests) == theirs.policy.request_windows(requests)
+    chat = run.instances[0].requests[0]
+    assert ours.policy.text(chat.context, "lm_eval").startswith("<|im_start|>system\nThe following are")
+    assert ours.policy.stop(proctor.requests.Generate(chat.context)) == ("<|im_end|>",)
+
+
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp
 def test_sampling_is_seeded_per_sample(llama):
     from proctor.engine.gen_plan import GenRow
 

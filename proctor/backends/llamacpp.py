@@ -49,6 +49,10 @@ class LlamaCppTokenizer:
         self.bos_token_id = special["bos"]
         self.eos_token_id = special["eos"]
         self.eot_token_id = special["eot"]
+        # what chat rendering and lm-eval's BOS check read off a transformers tokenizer
+        self.bos_token = None if self.bos_token_id is None else self.decode([self.bos_token_id])
+        self.eos_token = None if self.eos_token_id is None else self.decode([self.eos_token_id])
+        self.chat_template = native.chat_template()
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self.native.tokenize(text, add_special=add_special_tokens)

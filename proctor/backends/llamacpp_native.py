@@ -120,6 +120,11 @@ class NativeModel:
         return {"bos": self.token_id(lib.llama_vocab_bos(vocab)), "eos": self.token_id(lib.llama_vocab_eos(vocab)),
                 "eot": self.token_id(lib.llama_vocab_eot(vocab))}
 
+    def chat_template(self) -> Optional[str]:
+        """The GGUF's `tokenizer.chat_template` (None when it ships none)."""
+        raw = self.lib.llama_model_chat_template(self.model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
     def adds_bos(self) -> bool:
         return bool(self.lib.llama_vocab_get_add_bos(self.vocab))
 
