@@ -80,6 +80,12 @@ def _special_tokens(tokenizer: Any) -> dict[str, Any]:
 
 def _render_messages(template: ChatTemplate, tokenizer: Any, messages: list[dict],
                      continue_final: bool) -> str:
+    """A transformers tokenizer's own `apply_chat_template` (lm-eval's call) with `template`;
+    for other tokenizers (llama.cpp's) transformers' renderer with their BOS/EOS texts."""
+    apply = getattr(tokenizer, "apply_chat_template", None)
+    if callable(apply):
+        return str(apply(messages, chat_template=template.source, tokenize=False,
+                         add_generation_prompt=not continue_final, continue_final_message=continue_final))
     try:
         from transformers.utils.chat_template_utils import render_jinja_template
     except ImportError:  # pragma: no cover - transformers is a dependency
