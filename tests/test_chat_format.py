@@ -132,7 +132,6 @@ def test_a_template_refusing_the_system_role_is_retried_without_it_only_for_lm_e
 
 def test_end_of_turn_is_read_off_the_template(chat_tokenizer):
     assert end_of_turn(ChatTemplate(CHATML, "t"), chat_tokenizer) == ("<|im_end|>",)
-    from transformers import AutoTokenizer  # noqa: F401  (a Llama-3 style vocabulary)
     llama = build_tokenizer()
     llama.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>",
                                                             "<|eot_id|>"]})

@@ -20,7 +20,7 @@ from proctor.metrics import ChoiceScore, aggregate_docs, choice_score, score_mul
 from proctor.outputs.records import ChoiceMetrics, ChoiceOutput, ChoiceRecord
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks.base import Instance, Scored, Task, about, assign_query_ids, check_limit, sidecar_row, spec_sample
-from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, fewshot_prefix, olmes_chat
+from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, olmes_context
 from proctor.tasks.spec import spec_format
 
 # OLMES order for split="all": test, then validation, then train (those the task has).
@@ -153,7 +153,7 @@ class ChoiceTask(RankedChoiceTask):
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
         """Description plus few-shot block: the part every doc's prompt starts with."""
-        return fewshot_prefix(self.description(), [text + target for text, target in self.shots(data_dir)])
+        return str(olmes_context(self.description(), self.shots(data_dir), ""))
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
         check_limit(limit)  # before any data is read
@@ -164,7 +164,6 @@ class ChoiceTask(RankedChoiceTask):
         numbered = self.numbered_docs(data_dir, limit)
         chat = self.config.chat
         shots = self.shots(data_dir)
-        prefix = fewshot_prefix(self.description(), [text + target for text, target in shots])
         out = []
         for doc_id, doc, qid in numbered:
             r = self.render(doc)
@@ -175,8 +174,7 @@ class ChoiceTask(RankedChoiceTask):
                 task=self.config.name,
                 doc_id=doc_id,
                 native_id=doc["native_id"],
-                prompt=prefix + r.text if chat is None else olmes_chat(
-                    self.description(), shots, r.text, chat, self.config.system_instruction),
+                prompt=olmes_context(self.description(), shots, r.text, chat, self.config.system_instruction),
                 choices=labels,
                 continuations=spaced if chat is None or chat.assistant_prefix else tuple(labels),
                 label=r.gold,

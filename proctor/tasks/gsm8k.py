@@ -37,12 +37,12 @@ from typing import Optional
 from proctor.data import load_fewshot, load_split
 from proctor.metrics.answers import extract_last_number, gsm8k_gold, gsm8k_match
 from proctor.metrics.samples import sampled_metrics
-from proctor.requests import Context, Generate, GenerateResult
+from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.config import ChatFormat
-from proctor.tasks.prompts import fewshot_prefix, make_cloze_prompt, olmes_chat
+from proctor.tasks.prompts import make_cloze_prompt, olmes_context
 
 DATASET = "openai/gsm8k"
 CONFIG = "main"
@@ -102,11 +102,7 @@ class GSM8KTask(GenerationTask):
 
     def doc_request(self, prefix: list[tuple[str, str]], doc: dict) -> Generate:
         v, chat = self.variant, self.config.chat
-        question = make_cloze_prompt(doc["question"])
-        if chat is None:
-            context: Context = fewshot_prefix("", [text + target for text, target in prefix]) + question
-        else:
-            context = olmes_chat("", prefix, question, chat, self.config.system_instruction)
+        context = olmes_context("", prefix, make_cloze_prompt(doc["question"]), chat, self.config.system_instruction)
         return Generate(context=context, max_gen_toks=v.max_gen_toks, stop=STOP if chat is None else CHAT_STOP,
                         do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
 

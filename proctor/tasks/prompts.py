@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Optional, Sequence
 
-from proctor.requests import Chat, Message
+from proctor.requests import Chat, Context, Message
 from proctor.tasks.config import ChatFormat
 
 LETTERS = "ABCDE"
@@ -52,6 +52,15 @@ def concat_with_space(first: str, second: str) -> str:
     """OLMES's `concat_with_space`: both stripped, joined by a space when both are non-empty."""
     first, second = first.strip(), second.strip()
     return f"{first} {second}" if first and second else first or second
+
+
+def olmes_context(description: str, shots: Sequence[tuple[str, str]], doc_text: str,
+                  chat: Optional[ChatFormat] = None, system_prompt: Optional[str] = None) -> Context:
+    """A doc's context as OLMES's `fewshot_context` builds it from (text, target) shots: the
+    plain prompt, or with `chat` its use_chat_format messages (`olmes_chat`)."""
+    if chat is None:
+        return fewshot_prefix(description, [text + target for text, target in shots]) + doc_text
+    return olmes_chat(description, shots, doc_text, chat, system_prompt)
 
 
 def olmes_chat(description: str, shots: Sequence[tuple[str, str]], doc_text: str, chat: ChatFormat,
