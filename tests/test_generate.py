@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from proctor.engine import Engine
-from proctor.engine.gen_plan import GenLimits, plan_generation, sample_seed
+from proctor.engine.gen_plan import plan_generation, sample_seed
 from proctor.engine.tokens import GenerationContext, TokenizationPolicy
 from proctor.errors import UserError
 from proctor.requests import Generate
@@ -105,12 +105,8 @@ def test_sampling_is_reproducible_across_batch_sizes_and_orders(backend):
 def test_seeds_depend_only_on_run_seed_key_and_index():
     assert sample_seed(1, "k", 0) == sample_seed(1, "k", 0)
     assert len({sample_seed(1, "k", 0), sample_seed(1, "k", 1), sample_seed(2, "k", 0), sample_seed(1, "j", 0)}) == 4
-    # a request whose samples exceed a batch is cut into chunks that keep their sample indices
-    req = sampled("x", repeats=5)
-    batches = plan_generation([("k", req, (1, 2, 3))], GenLimits(max_samples=2), run_seed=3)
-    seeds = [s for b in batches for r in b.rows for s in r.row.seeds]
-    assert [r.first_sample for b in batches for r in b.rows] == [0, 2, 4]
-    assert seeds == [sample_seed(3, "k", i) for i in range(5)]
+    (planned,) = plan_generation([("k", sampled("x", repeats=5), (1, 2, 3))], run_seed=3)
+    assert planned.row.seeds == tuple(sample_seed(3, "k", i) for i in range(5))
 
 
 def test_samples_split_across_batches_equal_samples_together(backend):
@@ -193,19 +189,21 @@ def test_bad_sampling_settings_are_user_errors(backend):
 
 
 def test_finished_rows_leave_the_batch(backend):
-    """Rows of very different lengths in one batch: the short ones stop costing forward rows."""
+    """Rows of very different lengths in one batch: once nothing is queued, the short ones stop
+    costing decode rows."""
     calls = []
-    model = backend.model
-    original = model.forward
+    decoder = backend.model.get_decoder()
+    original = decoder.forward
 
     @functools.wraps(original)
     def spy(*args, **kwargs):
-        calls.append(kwargs["input_ids"].shape[0])
+        calls.append(tuple(kwargs["input_ids"].shape))
         return original(*args, **kwargs)
 
-    model.forward = spy
+    decoder.forward = spy
     try:
         Engine(backend, batch_size=8, progress=False).generate([greedy(PROMPTS[0], 2), greedy(PROMPTS[1], 12)])
     finally:
-        del model.forward
-    assert calls[0] == 2 and calls[-1] == 1
+        del decoder.forward
+    decode_rows = [rows for rows, tokens in calls if tokens == 1]
+    assert decode_rows[0] == 2 and decode_rows[-1] == 1 and len(decode_rows) == 11

@@ -33,14 +33,14 @@ class CountingBackend:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def generate(self, rows, on_done=None):
+    def generate(self, rows, on_done=None, slots=None):
         def counted(i, samples):
             if self.fail_after is not None and self.finished >= self.fail_after:
                 raise Interrupted
             self.finished += 1
             on_done(i, samples)
 
-        return self.inner.generate(rows, on_done=counted)
+        return self.inner.generate(rows, on_done=counted, slots=slots)
 
 
 def requests():

@@ -11,7 +11,7 @@ one row at a time, so a sample never depends on the other rows of its batch.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
@@ -22,15 +22,37 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     return logits.float().argmax(dim=-1)
 
 
-def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
-    """One draw from a row's [vocab] logits with temperature and top-p, using `generator`."""
-    scores = torch.log_softmax(logits.float()[None, :], dim=-1)
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
+                  generators: Sequence[torch.Generator]) -> list[int]:
+    """One draw per row of [rows, vocab] logits with temperature and top-p, row i with generators[i].
+
+    Every step works row by row, so a row draws the same token whatever rows come with it.
+    """
+    scores = torch.log_softmax(logits.float(), dim=-1)
     if temperature != 1.0:
         scores = TemperatureLogitsWarper(temperature)(None, scores)
     if top_p < 1.0:
         scores = TopPLogitsWarper(top_p)(None, scores)
     probs = torch.softmax(scores, dim=-1)
-    return int(torch.multinomial(probs[0], 1, generator=generator))
+    return [int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(generators)]
+
+
+def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:
+    """One draw from a row's [vocab] logits with temperature and top-p, using `generator`."""
+    return sample_tokens(logits[None, :], temperature, top_p, [generator])[0]
+
+
+def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The model's end tokens: the tokenizer's EOS and the generation config's (int or list)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(config_eos, int):
+        ids.add(config_eos)
+    elif isinstance(config_eos, (list, tuple)):
+        ids.update(int(i) for i in config_eos)
+    return frozenset(ids)
 
 
 def row_generator(seed: int, device: torch.device) -> torch.Generator:

@@ -273,18 +273,31 @@ class HFBackend:
         head = self.model.get_output_embeddings()
         return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
 
-    def generate(self, rows: Sequence[Any], on_done: Optional[Any] = None) -> list[tuple[Any, ...]]:
-        """Each GenRow's samples (proctor.backends.hf_generate); out of memory raises BatchTooLarge."""
-        from proctor.backends.hf_generate import generate_rows
+    def generate(self, rows: Sequence[Any], on_done: Optional[Any] = None,
+                 slots: Optional[int] = None) -> list[tuple[Any, ...]]:
+        """Each GenRow's samples, decoding at most `slots` samples at a time (None: all of them).
 
+        Continuous batching over shared prefixes (`hf_generate.py`) where attention is
+        proctor's packed attention, else static batches over transformers' cache
+        (`hf_generate_static.py`). Out of memory raises BatchTooLarge.
+        """
+        from proctor.backends.decoding import eos_token_ids
+        from proctor.backends.hf_generate import generate_rows
+        from proctor.backends.hf_generate_static import generate_static
+
+        slots = slots or sum(len(r.seeds) for r in rows)
+        eos = eos_token_ids(self.model, self.tokenizer)
         try:
-            return generate_rows(self.model, self.tokenizer, rows, on_done=on_done)
+            if self.shares_prefixes:
+                return generate_rows(self.model.get_decoder(), self._head_at, self.tokenizer, eos, rows, slots,
+                                     on_done)
+            return generate_static(self.model, self.tokenizer, eos, rows, slots, on_done)
         except RuntimeError as e:
             if not _is_out_of_memory(e):
                 raise
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        raise BatchTooLarge(f"{sum(len(r.seeds) for r in rows)} generation rows")
+        raise BatchTooLarge(f"{slots} generation slots")
 
 
 def fill_budget(free_bytes: int, probe_tokens: int, probe_bytes: int, *, max_length: int) -> int:

@@ -1,130 +1,294 @@
-"""Batched generation with a transformers causal LM and its key/value cache.
+"""Generation by continuous batching over shared prefixes, with a transformers decoder.
 
-Not `model.generate`: it draws every row from one random stream, so a sample would
-depend on its batch-mates; here each sample row has its own generator (see
-`decoding.py`). The loop is the usual one:
+A fixed number of sample slots decode one token each per step. A sample that ends (EOS,
+stop string, length) frees its slot, which takes the next queued sample at once, so the
+batch stays full until the queue is empty; then the batch shrinks to its live slots.
 
-1. Prefill: the batch's distinct prompts, left-padded, with an attention mask and
-   position ids counting real tokens only, into a `DynamicCache`; logits kept only at
-   the last position.
-2. Expand: each prompt's cache rows, last logits and mask are repeated once per sample
-   (`batch_select_indices` with repeated indices), so samples share their prefill.
-3. Decode: one token per live row per step; a row that ends (EOS, stop string, length)
-   leaves the batch at once and its cache rows are dropped.
+Nothing is prefilled or stored twice (see `decode_attention.py`):
+
+- prompts are grouped by the longest token prefix they share (GSM8K's 8-shot block);
+  a group's prefix is prefilled once, and stays while any of its prompts is waiting;
+- a prompt's own suffix is prefilled (packed with others, attending to the prefix) when
+  its first sample starts, into a prompt slot its samples all read, until the last one ends;
+- a sample stores only its own tokens.
+
+Not `model.generate`: that draws every row from one random stream, so a sample would
+depend on its batch-mates. Here each sample has its own generator (`decoding.py`) and
+every row's computation is its own, so a sample is the same for any slot count, order
+or batch-mates.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import torch
-from transformers import DynamicCache
 
-from proctor.backends.prefix_kv import cache_keyword
-from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
+from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache
+from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_tokens
+from proctor.backends.packed_attention import PackedLayout, packed
+from proctor.backends.prefix_kv import run_prefix
 from proctor.engine.gen_plan import GenRow
+from proctor.engine.prefix import common_prefix_length
 from proctor.requests import Generation, all_finished, finished_samples
 
 OnDone = Callable[[int, tuple[Generation, ...]], None]
 
+MIN_SHARED_PREFIX = 32   # tokens; rows sharing less are prefilled whole
+PREFILL_TOKENS = 2048    # suffix tokens per packed prefill forward pass
+
+
+def prefix_groups(rows: Sequence[tuple[int, ...]], minimum: int = MIN_SHARED_PREFIX) -> list[tuple[int, list[int]]]:
+    """(shared prefix length, row indices) of groups of rows that share at least `minimum` tokens.
+
+    Sorted, rows sharing a prefix are contiguous; a group runs while its common prefix
+    stays that long. Every row keeps at least its last token to itself (its prefill gives
+    the first logits); a group of one row shares nothing.
+    """
+    order = sorted(range(len(rows)), key=lambda i: rows[i])
+    groups: list[tuple[int, list[int]]] = []
+    for i in order:
+        if groups:
+            shared, members = groups[-1]
+            common = min(shared, common_prefix_length(rows[members[-1]], rows[i]))
+            if common >= minimum:
+                groups[-1] = (common, members + [i])
+                continue
+        groups.append((len(rows[i]), [i]))
+    out = []
+    for shared, members in groups:
+        shared = min(shared, min(len(rows[i]) for i in members) - 1) if len(members) > 1 else 0
+        out.append((shared, members) if shared >= minimum else (0, members))
+    return out
+
+
+@dataclass
+class _Prompt:
+    group: int
+    offset: int                       # tokens of the group's prefix before the suffix
+    suffix: tuple[int, ...]
+    waiting: int                      # samples not finished (queued or live)
+    queued: int                       # samples not started
+    watch: StopWatch
+    slot: Optional[int] = None        # prompt slot, once prefilled
+    logits: Optional[torch.Tensor] = None  # at its last token, until its last sample starts
+    columns: list[bool] = field(default_factory=list)  # which places among its live samples are taken
+
+    def take_column(self) -> int:
+        for c, taken in enumerate(self.columns):
+            if not taken:
+                self.columns[c] = True
+                return c
+        self.columns.append(True)
+        return len(self.columns) - 1
+
 
 @dataclass
 class _Sample:
-    """A live sample row: which GenRow it draws for, its generator and its tokens so far."""
-
     row: int
-    watch: StopWatch
+    index: int                        # among its row's seeds
+    slot: int
+    column: int
     generator: Optional[torch.Generator]
     tokens: list[int] = field(default_factory=list)
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """The model's end tokens: the tokenizer's EOS and the generation config's (int or list)."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(config_eos, int):
-        ids.add(config_eos)
-    elif isinstance(config_eos, (list, tuple)):
-        ids.update(int(i) for i in config_eos)
-    return frozenset(ids)
+class ContinuousBatch:
+    """One run of `rows` through `slots` sample slots; `run()` gives each row's samples in seed order."""
+
+    def __init__(self, decoder: Any, head: Any, tokenizer: Any, eos: frozenset[int], rows: Sequence[GenRow],
+                 slots: int, on_done: Optional[OnDone] = None):
+        if any(not r.tokens for r in rows):
+            raise ValueError("a generation row needs at least one context token")
+        self.decoder, self.head, self.rows, self.on_done = decoder, head, rows, on_done
+        self.device = next(decoder.parameters()).device
+        groups = prefix_groups([r.tokens for r in rows])
+        self.prefixes = [rows[members[0]].tokens[:shared] for shared, members in groups]
+        self.prefix_kv: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.group_waiting = [len(members) for _, members in groups]
+        self.prompts: list[Optional[_Prompt]] = [None] * len(rows)
+        self.queue: deque[tuple[int, int]] = deque()
+        for g, (shared, members) in enumerate(groups):
+            for i in members:
+                row = rows[i]
+                watch = StopWatch(tokenizer, row.stop, eos, row.max_new_tokens)
+                self.prompts[i] = _Prompt(g, shared, row.tokens[shared:], len(row.seeds), len(row.seeds), watch)
+                self.queue.extend((i, j) for j in range(len(row.seeds)))
+        self.slots: list[Optional[_Sample]] = [None] * max(1, min(slots, len(self.queue)))
+        self.cache = SlotCache(max(len(p.suffix) for p in self._prompts()), max(r.max_new_tokens for r in rows),
+                               len(self.slots))
+        self.free_prompt_slots: list[int] = []
+        self.prompt_slot_length: list[int] = []   # suffix length held by each prompt slot (0: free)
+        self.results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
+
+    def _prompts(self) -> list[_Prompt]:
+        return [p for p in self.prompts if p is not None]
+
+    def _prompt(self, row: int) -> _Prompt:
+        prompt = self.prompts[row]
+        assert prompt is not None
+        return prompt
+
+    @torch.inference_mode()
+    def run(self) -> list[tuple[Generation, ...]]:
+        while True:
+            self._fill()
+            live = [b for b, s in enumerate(self.slots) if s is not None]
+            if not live:
+                return all_finished(self.results)
+            if not self.queue and len(live) <= len(self.slots) // 2:
+                live = self._shrink(live)
+            samples = [self.slots[b] for b in live]
+            self._advance(samples, self._step(live))  # type: ignore[arg-type]
+
+    def _fill(self) -> None:
+        """Start queued samples in the free slots, prefilling their prompts as needed."""
+        while self.queue and None in self.slots:
+            free = [b for b, s in enumerate(self.slots) if s is None][: len(self.queue)]
+            starting = [self.queue.popleft() for _ in free]
+            self._prefill(list(dict.fromkeys(r for r, _ in starting if self._prompt(r).logits is None)))
+            samples = []
+            for b, (r, j) in zip(free, starting):
+                row, prompt = self.rows[r], self._prompt(r)
+                prompt.queued -= 1
+                generator = row_generator(row.seeds[j], self.device) if row.do_sample else None
+                samples.append(_Sample(r, j, b, prompt.take_column(), generator))
+                self.slots[b] = samples[-1]
+            logits = torch.stack([self._prompt(s.row).logits for s in samples])  # type: ignore[misc]
+            for r in {s.row for s in samples}:
+                if self._prompt(r).queued == 0:
+                    self._prompt(r).logits = None
+            self._advance(samples, logits)
+
+    def _prefill(self, rows: list[int]) -> None:
+        """Prefill the suffixes of `rows`' prompts, packed, a group and PREFILL_TOKENS at a time."""
+        rows = sorted(rows, key=lambda r: self._prompt(r).group)
+        while rows:
+            group = self._prompt(rows[0]).group
+            chunk: list[int] = []
+            tokens = 0
+            while rows and self._prompt(rows[0]).group == group and (
+                    not chunk or tokens + len(self._prompt(rows[0]).suffix) <= PREFILL_TOKENS):
+                tokens += len(self._prompt(rows[0]).suffix)
+                chunk.append(rows.pop(0))
+            self._prefill_chunk(group, [self._prompt(r) for r in chunk])
+
+    def _prefill_chunk(self, group: int, prompts: list[_Prompt]) -> None:
+        prefix = self.prefixes[group]
+        if prefix and group not in self.prefix_kv:
+            self.prefix_kv[group] = run_prefix(self.decoder, prefix, self.device)
+        bounds, at = [], 0
+        for prompt in prompts:
+            prompt.slot = self._take_prompt_slot(len(prompt.suffix))
+            bounds.append((at, at + len(prompt.suffix)))
+            at += len(prompt.suffix)
+        ids = torch.tensor([[t for p in prompts for t in p.suffix]], device=self.device)
+        positions = torch.cat([torch.arange(len(prefix), len(prefix) + len(p.suffix)) for p in prompts])
+        layout = PackedLayout(tuple(bounds), tuple(self.prefix_kv.get(group, ())))
+        with packed(Prefill(layout, self.cache, tuple(p.slot for p in prompts))):  # type: ignore[misc]
+            hidden = self.decoder(input_ids=ids, position_ids=positions[None].to(self.device),
+                                  use_cache=False).last_hidden_state[0]
+        logits = self.head(hidden[[b - 1 for _, b in bounds]])
+        for prompt, row_logits in zip(prompts, logits):
+            prompt.logits = row_logits
+
+    def _take_prompt_slot(self, length: int) -> int:
+        if self.free_prompt_slots:
+            slot = heapq.heappop(self.free_prompt_slots)
+        else:
+            slot = len(self.prompt_slot_length)
+            self.prompt_slot_length.append(0)
+        self.prompt_slot_length[slot] = length
+        return slot
+
+    def _step(self, live: list[int]) -> torch.Tensor:
+        """Logits after one decode step of every slot, for the `live` slots."""
+        n = len(self.slots)
+        ids, positions, write_at = [0] * n, [0] * n, [0] * n
+        prompt_slots: list[int] = []
+        columns: list[int] = []
+        group_rows: dict[int, list[int]] = {}
+        for k, b in enumerate(live):
+            s = self.slots[b]
+            assert s is not None
+            prompt = self._prompt(s.row)
+            ids[b], write_at[b] = s.tokens[-1], len(s.tokens) - 1
+            positions[b] = prompt.offset + len(prompt.suffix) + len(s.tokens) - 1
+            assert prompt.slot is not None
+            prompt_slots.append(prompt.slot)
+            columns.append(s.column)
+            if prompt.offset:
+                group_rows.setdefault(prompt.group, []).append(k)
+        dev = self.device
+        step = DecodeStep(
+            cache=self.cache,
+            write_at=torch.tensor(write_at, device=dev),
+            width=max(write_at) + 1,
+            live=torch.tensor(live, device=dev),
+            prompt_slot=torch.tensor(prompt_slots, device=dev),
+            column=torch.tensor(columns, device=dev),
+            columns=max(columns) + 1,
+            prompt_lengths=torch.tensor(self.prompt_slot_length[: max(prompt_slots) + 1], device=dev),
+            groups=tuple(PrefixGroup(self.prefix_kv[g], torch.tensor(rows, device=dev))
+                         for g, rows in group_rows.items()),
+        )
+        with packed(step):
+            hidden = self.decoder(input_ids=torch.tensor(ids, device=dev)[:, None],
+                                  position_ids=torch.tensor(positions, device=dev)[:, None],
+                                  use_cache=False).last_hidden_state[:, -1]
+        return self.head(hidden[step.live])
+
+    def _advance(self, samples: list[_Sample], logits: torch.Tensor) -> None:
+        """Append each sample's next token (chosen from its logits row) and end those that are done."""
+        for sample, token in zip(samples, self._choose(samples, logits)):
+            sample.tokens.append(token)
+            reason = self._prompt(sample.row).watch.finish_reason(sample.tokens)
+            if reason is not None:
+                self._finish(sample, reason)
+
+    def _choose(self, samples: list[_Sample], logits: torch.Tensor) -> list[int]:
+        """Argmax, or for sampled rows a draw with each sample's own generator."""
+        chosen = greedy_tokens(logits).tolist()
+        by_setting: dict[tuple[float, float], list[int]] = {}
+        for k, s in enumerate(samples):
+            row = self.rows[s.row]
+            if row.do_sample:
+                by_setting.setdefault((row.temperature, row.top_p), []).append(k)
+        for (temperature, top_p), ks in by_setting.items():
+            draws = sample_tokens(logits[ks], temperature, top_p, [samples[k].generator for k in ks])  # type: ignore[misc]
+            for k, token in zip(ks, draws):
+                chosen[k] = token
+        return chosen
+
+    def _finish(self, sample: _Sample, reason: str) -> None:
+        prompt = self._prompt(sample.row)
+        self.results[sample.row][sample.index] = Generation(prompt.watch.text(sample.tokens), len(sample.tokens), reason)
+        self.slots[sample.slot] = None
+        prompt.columns[sample.column] = False
+        prompt.waiting -= 1
+        if prompt.waiting == 0:
+            assert prompt.slot is not None
+            self.prompt_slot_length[prompt.slot] = 0
+            heapq.heappush(self.free_prompt_slots, prompt.slot)
+            self.group_waiting[prompt.group] -= 1
+            if self.group_waiting[prompt.group] == 0:
+                self.prefix_kv.pop(prompt.group, None)
+        if self.on_done is not None and (done := finished_samples(self.results[sample.row])) is not None:
+            self.on_done(sample.row, done)
+
+    def _shrink(self, live: list[int]) -> list[int]:
+        """Drop the empty slots once nothing is queued: the live ones become slots 0, 1, ..."""
+        self.cache.keep_samples(torch.tensor(live, device=self.device))
+        self.slots = [self.slots[b] for b in live]
+        for b, s in enumerate(self.slots):
+            s.slot = b  # type: ignore[union-attr]
+        return list(range(len(live)))
 
 
-@torch.inference_mode()
-def generate_rows(
-    model: Any, tokenizer: Any, rows: Sequence[GenRow], *, on_done: Optional[OnDone] = None
-) -> list[tuple[Generation, ...]]:
-    """Each row's samples, in seed order; `on_done(i, samples)` as soon as row i has all of its own."""
-    device = next(model.parameters()).device
-    eos = eos_token_ids(model, tokenizer)
-    keyword = cache_keyword(model)
-    cache, logits, mask, positions = _prefill(model, rows, device, keyword)
-
-    samples: list[_Sample] = []
-    for i, row in enumerate(rows):
-        watch = StopWatch(tokenizer, row.stop, eos, row.max_new_tokens)
-        for seed in row.seeds:
-            samples.append(_Sample(i, watch, row_generator(seed, device) if row.do_sample else None))
-    expand = torch.tensor([s.row for s in samples], device=device)
-    cache.batch_select_indices(expand)
-    logits, mask, positions = logits[expand], mask[expand], positions[expand]
-
-    results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
-    first_sample = [sum(len(r.seeds) for r in rows[:i]) for i in range(len(rows))]
-    live = list(range(len(samples)))   # indices into `samples`, aligned with the batch rows
-    while live:
-        chosen = _choose(logits, [samples[j] for j in live], rows)
-        keep: list[int] = []
-        for b, j in enumerate(live):
-            s = samples[j]
-            s.tokens.append(chosen[b])
-            reason = s.watch.finish_reason(s.tokens)
-            if reason is None:
-                keep.append(b)
-                continue
-            results[s.row][j - first_sample[s.row]] = Generation(s.watch.text(s.tokens), len(s.tokens), reason)
-            if on_done is not None and (done := finished_samples(results[s.row])) is not None:
-                on_done(s.row, done)
-        if not keep:
-            break
-        next_ids = torch.tensor([[chosen[b]] for b in keep], device=device)
-        if len(keep) < len(live):
-            index = torch.tensor(keep, device=device)
-            cache.batch_select_indices(index)
-            mask, positions = mask[index], positions[index]
-        live = [live[b] for b in keep]
-        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
-        out = model(input_ids=next_ids, attention_mask=mask, position_ids=positions[:, None],
-                    use_cache=True, **{keyword: cache})
-        logits = out.logits[:, -1, :]
-        positions = positions + 1
-    return all_finished(results)
-
-
-def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device, keyword: str):
-    """Cache, last-position logits, attention mask and next position of each row's prompt."""
-    longest = max(len(r.tokens) for r in rows)
-    ids = torch.zeros((len(rows), longest), dtype=torch.long)
-    mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, longest - len(row.tokens):] = torch.tensor(row.tokens, dtype=torch.long)
-        mask[i, longest - len(row.tokens):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
-    cache = DynamicCache(config=model.config)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                use_cache=True, logits_to_keep=1, **{keyword: cache})
-    lengths = mask.sum(dim=1)
-    return cache, out.logits[:, -1, :], mask, lengths
-
-
-def _choose(logits: torch.Tensor, live: Sequence[_Sample], rows: Sequence[GenRow]) -> list[int]:
-    """The next token of every live sample row: argmax, or a draw with the row's own generator."""
-    chosen = greedy_tokens(logits).tolist()
-    for b, s in enumerate(live):
-        row = rows[s.row]
-        if row.do_sample:
-            chosen[b] = sample_token(logits[b], row.temperature, row.top_p, s.generator)  # type: ignore[arg-type]
-    return chosen
+def generate_rows(decoder: Any, head: Any, tokenizer: Any, eos: frozenset[int], rows: Sequence[GenRow],
+                  slots: int, on_done: Optional[OnDone] = None) -> list[tuple[Generation, ...]]:
+    """Each row's samples in seed order; `on_done(i, samples)` as soon as row i has all of its own."""
+    return ContinuousBatch(decoder, head, tokenizer, eos, rows, slots, on_done).run()

@@ -124,7 +124,8 @@ class LlamaCppBackend:
                 float(sum(lp for lp, _ in picked)), len(picked), all(g for _, g in picked)))
         return tuple(results)
 
-    def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None) -> list[tuple[Generation, ...]]:
+    def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None,
+                 slots: Optional[int] = None) -> list[tuple[Generation, ...]]:
         """Each row's samples in seed order; `on_done(i, samples)` as soon as row i is finished."""
         out: list[tuple[Generation, ...]] = []
         for i, row in enumerate(rows):

@@ -308,8 +308,10 @@ class OpenAIBackend:
     # -- generation -----------------------------------------------------------------------
 
     def generate(
-        self, rows: Sequence[GenRow], on_done: Optional[Callable[[int, tuple[Generation, ...]], None]] = None
+        self, rows: Sequence[GenRow], on_done: Optional[Callable[[int, tuple[Generation, ...]], None]] = None,
+        slots: Optional[int] = None,
     ) -> list[tuple[Generation, ...]]:
+        """Every sample a request of its own, `concurrency` at a time (`slots` is the server's business)."""
         jobs = [(i, k) for i, row in enumerate(rows) for k in range(len(row.seeds))]
         posts = [self._generation_post(rows[i], rows[i].seeds[k]) for i, k in jobs]
         results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]

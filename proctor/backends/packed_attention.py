@@ -15,7 +15,8 @@ out = w * out_prefix + (1 - w) * out_rows,  w = sigmoid(lse_prefix - lse_rows).
 
 No padding is computed and no per-row copy of the prefix exists. `packed_attention` is
 registered with transformers as attention implementation `proctor_packed`; outside a
-`packed(...)` block it is exactly SDPA, so generation and other callers are unaffected.
+`packed(...)` block it is exactly SDPA. Inside one, attention is whatever the block's
+layout says (`Layout.attend`): packed rows here, decode steps in `decode_attention.py`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Protocol
 
 import torch
 from transformers import AttentionInterface
@@ -31,6 +32,13 @@ from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_f
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "proctor_packed"
+
+
+class Layout(Protocol):
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
+               scale: float) -> torch.Tensor:
+        """Attention output [batch, tokens, heads, dim] of one layer; query [batch, heads, tokens, dim]."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -41,13 +49,17 @@ class PackedLayout:
     prefix: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()  # per layer: keys, values [1, kv_heads, P, dim]
     parents: tuple[int, ...] = ()                         # row i also attends to all of row parents[i] (-1: none)
 
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
+               scale: float) -> torch.Tensor:
+        return attend_packed(query, key, value, self, layer, scale)
 
-_LAYOUT: ContextVar[Optional[PackedLayout]] = ContextVar("proctor_packed_layout", default=None)
+
+_LAYOUT: ContextVar[Optional[Layout]] = ContextVar("proctor_packed_layout", default=None)
 
 
 @contextlib.contextmanager
-def packed(layout: PackedLayout) -> Iterator[None]:
-    """Within this block, attention treats its input as the packed rows of `layout`."""
+def packed(layout: Layout) -> Iterator[None]:
+    """Within this block, attention is `layout.attend` (for a PackedLayout: its packed rows)."""
     token = _LAYOUT.set(layout)
     try:
         yield
@@ -55,7 +67,7 @@ def packed(layout: PackedLayout) -> Iterator[None]:
         _LAYOUT.reset(token)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
+def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
     """(output, log-sum-exp) of softmax attention; q [1, H, T, d], k/v [1, H, S, d]."""
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
@@ -76,11 +88,11 @@ def attend_packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, l
     keys, values = repeat_kv(key, groups), repeat_kv(value, groups)
     parts = []
     for i, (a, b) in enumerate(layout.bounds):
-        part = _attend(query[:, :, a:b], keys[:, :, a:b], values[:, :, a:b], True, scale)
+        part = attend_with_lse(query[:, :, a:b], keys[:, :, a:b], values[:, :, a:b], True, scale)
         parent = layout.parents[i] if layout.parents else -1
         if parent >= 0:  # the shared segment this row continues: all of it is in the past
             pa, pb = layout.bounds[parent]
-            part = _merge(part, _attend(query[:, :, a:b], keys[:, :, pa:pb], values[:, :, pa:pb], False, scale))
+            part = merge_parts(part, attend_with_lse(query[:, :, a:b], keys[:, :, pa:pb], values[:, :, pa:pb], False, scale))
         parts.append(part)
     out = torch.cat([p[0] for p in parts], dim=2)
     if not layout.prefix:
@@ -88,12 +100,12 @@ def attend_packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, l
     lse = torch.cat([p[1] for p in parts], dim=2)
     prefix_key, prefix_value = layout.prefix[layer]
     folded = query.reshape(1, kv, groups * n, d)
-    out_p, lse_p = _attend(folded, prefix_key, prefix_value, False, scale)
-    out, _ = _merge((out, lse), (out_p.reshape(1, h, n, d), lse_p.reshape(1, h, n)))
+    out_p, lse_p = attend_with_lse(folded, prefix_key, prefix_value, False, scale)
+    out, _ = merge_parts((out, lse), (out_p.reshape(1, h, n, d), lse_p.reshape(1, h, n)))
     return out.transpose(1, 2)
 
 
-def _merge(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]):
+def merge_parts(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]):
     """Softmax attention over the union of two key sets, from each one's (output, log-sum-exp)."""
     (out_a, lse_a), (out_b, lse_b) = a, b
     weight = torch.sigmoid(lse_b - lse_a)[..., None].to(out_a.dtype)
@@ -102,12 +114,12 @@ def _merge(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Te
 
 def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, **kwargs: Any):
-    """transformers attention function: SDPA, or packed rows inside `packed(...)`."""
+    """transformers attention function: SDPA, or the layout's attention inside `packed(...)`."""
     layout = _LAYOUT.get()
     if layout is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    return attend_packed(query, key, value, layout, module.layer_idx, scale), None
+    return layout.attend(query, key, value, module.layer_idx, scale), None
 
 
 def _packed_mask(*args: Any, **kwargs: Any) -> Optional[torch.Tensor]:

@@ -295,19 +295,34 @@ class VLLMBackend:
                 self.stats.mc_outside_top_k += sum(r.sum_logits == NOT_IN_TOP_K for r in row_results)
         return results
 
-    def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None) -> list[tuple[Generation, ...]]:
-        """Each row's samples in seed order (all rows go to vLLM at once; on_done follows in row order)."""
+    def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None,
+                 slots: Optional[int] = None) -> list[tuple[Generation, ...]]:
+        """Each row's samples in seed order. vLLM schedules its own batch; rows go to it in
+        chunks of about `slots` samples (None: all at once), and on_done follows each chunk,
+        so a killed run keeps the chunks it finished."""
+        out: list[tuple[Generation, ...]] = []
+        start = 0
+        while start < len(rows):
+            end, samples = start, 0
+            while end < len(rows) and (end == start or slots is None or samples + len(rows[end].seeds) <= slots):
+                samples += len(rows[end].seeds)
+                end += 1
+            for i, samples_of_row in enumerate(self._generate_chunk(rows[start:end]), start):
+                out.append(samples_of_row)
+                if on_done is not None:
+                    on_done(i, samples_of_row)
+            start = end
+        return out
+
+    def _generate_chunk(self, rows: Sequence[GenRow]) -> list[tuple[Generation, ...]]:
         per_row = [sample_prompts(row, self.eos_ids) for row in rows]
         outputs = self._run([p for prompts in per_row for p in prompts])
         out: list[tuple[Generation, ...]] = []
         at = 0
-        for i, (row, prompts) in enumerate(zip(rows, per_row)):
+        for row, prompts in zip(rows, per_row):
             watch = StopWatch(self.tokenizer, row.stop, self.eos_ids, row.max_new_tokens)
-            samples = tuple(read_generation(o.outputs[0], watch) for o in outputs[at:at + len(prompts)])
+            out.append(tuple(read_generation(o.outputs[0], watch) for o in outputs[at:at + len(prompts)]))
             at += len(prompts)
-            out.append(samples)
-            if on_done is not None:
-                on_done(i, samples)
         return out
 
     def _run(self, prompts: Sequence[Prompt]) -> list[Any]:
@@ -339,7 +354,7 @@ def require_vllm() -> str:
 
 
 def eos_token_ids(tokenizer: Any, directory: Path) -> frozenset[int]:
-    """The tokenizer's EOS and generation_config.json's end tokens (as hf_generate.eos_token_ids)."""
+    """The tokenizer's EOS and generation_config.json's end tokens (as decoding.eos_token_ids)."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))

@@ -53,6 +53,12 @@ class Backend(Protocol):
         """
 
     def generate(
-        self, rows: Sequence[GenRow], on_done: Optional[Callable[[int, tuple[Generation, ...]], None]] = None
+        self, rows: Sequence[GenRow], on_done: Optional[Callable[[int, tuple[Generation, ...]], None]] = None,
+        slots: Optional[int] = None,
     ) -> list[tuple[Generation, ...]]:
-        """Each row's samples in seed order; `on_done(i, samples)` as soon as row i is finished."""
+        """Each row's samples in seed order; `on_done(i, samples)` as soon as row i is finished.
+
+        `rows` is the whole queue; `slots` caps the samples decoded at once (None: the
+        backend's own scheduling). A backend that schedules on its own (a server, vLLM)
+        may ignore it.
+        """

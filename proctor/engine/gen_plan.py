@@ -1,13 +1,12 @@
-"""Generation work as backend rows, and its deterministic batch partition.
+"""Generation work as backend rows, in a deterministic order.
 
 A `GenRow` is one prompt's tokens, its decoding settings and the samples to draw from
-it, each with its own seed; the backend prefills the prompt once for all of them. A
-greedy request needs one sample however many `repeats` it asks for (they are all the
-same text), so it gets one row of one sample. A sampled request whose `repeats` exceed
-a batch's rows is cut into chunks of samples, each a row of its own.
+it, each with its own seed; the backend prefills the prompt once for all of them and
+schedules the samples itself (continuous batching). A greedy request needs one sample
+however many `repeats` it asks for (they are all the same text), so its row has one.
 
 Seeds depend only on (run seed, request key, sample index), so a sample's text does not
-depend on which batch, position or run drew it.
+depend on which slot, position or run drew it.
 """
 
 from __future__ import annotations
@@ -40,49 +39,10 @@ class GenRow:
 
 @dataclass(frozen=True)
 class PlannedGen:
-    """A row and where its samples go: request `key`, samples first_sample, first_sample+1, ..."""
+    """A request's row: its samples go to request `key`, in seed order."""
 
     key: str
-    first_sample: int
     row: GenRow
-
-
-@dataclass(frozen=True)
-class GenBatch:
-    rows: tuple[PlannedGen, ...]
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(r.key for r in self.rows))
-
-    @property
-    def samples(self) -> int:
-        return sum(len(r.row.seeds) for r in self.rows)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(len(r.row.tokens) for r in self.rows)
-
-
-@dataclass(frozen=True)
-class GenLimits:
-    """At most `max_samples` sample rows per batch, and at most `max_tokens` of context plus
-    generation room summed over them (what the key/value cache holds at the end)."""
-
-    max_samples: Optional[int] = None
-    max_tokens: Optional[int] = None
-
-    def fits(self, samples: int, tokens: int) -> bool:
-        if self.max_samples is not None and samples > self.max_samples:
-            return False
-        return self.max_tokens is None or tokens <= self.max_tokens
-
-    def samples_per_row(self, row_tokens: int) -> int:
-        """How many samples of one prompt fit in a batch of their own (at least one)."""
-        n = self.max_samples or 1 << 30
-        if self.max_tokens is not None:
-            n = min(n, self.max_tokens // max(row_tokens, 1))
-        return max(n, 1)
 
 
 def sample_seed(run_seed: int, key: str, index: int) -> int:
@@ -106,35 +66,15 @@ def check_request(request: Generate) -> None:
 
 
 def plan_generation(
-    requests: Sequence[tuple[str, Generate, tuple[int, ...]]], limits: GenLimits, run_seed: int
-) -> list[GenBatch]:
-    """Batches of (key, request, context tokens), longest context first; a function of the set.
-
-    Ties are broken by key, so neither arrival order nor which requests are cached changes
-    the partition: a resumed run cuts the same batches as an uninterrupted one.
-    """
-    rows: list[PlannedGen] = []
+    requests: Sequence[tuple[str, Generate, tuple[int, ...]]], run_seed: int
+) -> list[PlannedGen]:
+    """One row per (key, request, context tokens), longest context first, ties by key: a
+    function of the set, so neither arrival order nor the cache changes it."""
+    planned: list[PlannedGen] = []
     for key, req, tokens in sorted(requests, key=lambda r: (-len(r[2]), r[0])):
         check_request(req)
-        n = samples_needed(req)
-        chunk = limits.samples_per_row(len(tokens) + req.max_gen_toks)
-        for first in range(0, n, chunk):
-            seeds = tuple(sample_seed(run_seed, key, i) for i in range(first, min(n, first + chunk)))
-            chat = req.context if isinstance(req.context, Chat) else None
-            row = GenRow(tokens, req.max_gen_toks, req.stop, req.do_sample, req.temperature, req.top_p, seeds, chat)
-            rows.append(PlannedGen(key, first, row))
-    batches: list[GenBatch] = []
-    current: list[PlannedGen] = []
-    samples = packed = 0   # the current batch's sample rows and their tokens
-    for planned in rows:
-        n = len(planned.row.seeds)
-        size = n * (len(planned.row.tokens) + planned.row.max_new_tokens)
-        if current and not limits.fits(samples + n, packed + size):
-            batches.append(GenBatch(tuple(current)))
-            current, samples, packed = [], 0, 0
-        current.append(planned)
-        samples += n
-        packed += size
-    if current:
-        batches.append(GenBatch(tuple(current)))
-    return batches
+        seeds = tuple(sample_seed(run_seed, key, i) for i in range(samples_needed(req)))
+        chat = req.context if isinstance(req.context, Chat) else None
+        row = GenRow(tokens, req.max_gen_toks, req.stop, req.do_sample, req.temperature, req.top_p, seeds, chat)
+        planned.append(PlannedGen(key, row))
+    return planned

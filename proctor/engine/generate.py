@@ -1,17 +1,16 @@
-"""Generation requests through the engine: dedupe, tokenize, batch, resume from cache, generate.
+"""Generation requests through the engine: dedupe, tokenize, resume from cache, generate.
 
-Like loglikelihood, the batch partition is planned on the full deduplicated request set
-and batches whose requests are all cached are skipped, so a resumed run generates
-exactly the batches an uninterrupted run would have. A request is stored once all its
-samples are done (the backend reports each as it finishes, so a long batch killed
-midway keeps the requests it completed); a request with some samples done is redone
-whole. Sampled requests are cached under the run seed, greedy ones are not (their text
-does not depend on it).
+The requests not in the cache go to the backend as one queue, one row per request in a
+fixed order (`gen_plan.py`), with the number of samples it may decode at once; the
+backend keeps that many busy until the queue is empty (continuous batching). Samples
+depend only on their seeds, so a resumed run, which queues only what is missing, ends
+with the same outputs as an uninterrupted one. A request is stored as soon as all its
+samples are done; a request with some samples done when a run dies is redone whole.
+Sampled requests are cached under the run seed, greedy ones are not (their text does
+not depend on it).
 
-Under torchrun each rank runs a share of the batches still to do (see
-proctor.engine.distributed); batches that share a request (its samples cut into rows in
-consecutive batches) go to one rank together, so a request is always finished where it
-started.
+Under torchrun each rank runs every world_size-th request still to do (see
+proctor.engine.distributed).
 """
 
 from __future__ import annotations
@@ -23,9 +22,7 @@ from typing import Optional, Protocol, Sequence
 from proctor.engine.backend import Backend
 from proctor.engine.cache import ResultCache
 from proctor.engine.distributed import DistributedContext, Pool
-from proctor.engine.gen_plan import (
-    GenBatch, GenLimits, PlannedGen, check_request, plan_generation, samples_needed,
-)
+from proctor.engine.gen_plan import PlannedGen, check_request, plan_generation
 from proctor.engine.plan import BatchLimits
 from proctor.engine.progress import Progress
 from proctor.engine.stats import EngineStats
@@ -53,21 +50,24 @@ class Host(Protocol):
 
     def started_at(self, fallback: float) -> float: ...
 
-# Auto batches hold this many times the backend's scoring token budget of context plus
-# generation room: decoding reads every weight once per step whatever the batch, so on a
-# CPU 8 rows decode ~5x faster than one (see the README's speed section).
+# Auto generation decodes as many samples at once as this many times the backend's
+# scoring token budget holds generated tokens (a sample stores only its own: prompts and
+# shared prefixes are stored once). Decoding reads every weight once per step whatever
+# the batch, so on a CPU many rows decode several times faster than one (README, speed).
 GEN_BUDGET_FACTOR = 16
-MAX_AUTO_SAMPLES = 256
+MAX_AUTO_SLOTS = 256
 
 
-def generation_limits(engine: Host) -> GenLimits:
+def generation_slots(engine: Host, rows: Sequence[PlannedGen]) -> int:
+    """How many samples the backend decodes at once."""
     if engine.deterministic:
-        return GenLimits(max_samples=1)
+        return 1
     if engine.limits.max_rows is not None:
-        return GenLimits(max_samples=engine.limits.max_rows)
+        return engine.limits.max_rows
     # the engine's token budget (the backend's, agreed by all ranks)
     assert engine.limits.max_tokens is not None  # batch limits set either rows or tokens
-    return GenLimits(max_samples=MAX_AUTO_SAMPLES, max_tokens=GEN_BUDGET_FACTOR * engine.limits.max_tokens)
+    longest = max(r.row.max_new_tokens for r in rows)
+    return max(1, min(MAX_AUTO_SLOTS, GEN_BUDGET_FACTOR * engine.limits.max_tokens // longest))
 
 
 def request_fingerprint(engine: Host, request: Generate) -> str:
@@ -104,22 +104,13 @@ def run_generation(engine: Host, requests: Sequence[Generate]) -> list[GenerateR
                 engine.cache.put_truncated(engine.fingerprint, dropped)
         if len(pool.known) < len(unique):
             # a chat also stops at its template's end of turn (the row's stop strings)
-            batches = plan_generation([(k, replace(unique[k], stop=engine.policy.stop(unique[k])), c.tokens)
-                                       for k, c in zip(keys, contexts)],
-                                      generation_limits(engine), engine.seed)
-            stats.gen_batches = len(batches)
-            runner = _Runner(engine, unique, fingerprints, pool, progress)
-            pending = [u for u in _units(batches) if any(k not in pool.known for b in u for k in b.keys)]
-            for unit in engine.distributed.mine(pending):
-                for batch in unit:
-                    if all(k in pool.known for k in batch.keys):
-                        continue
-                    runner.run(batch)
-                    stats.gen_batches_run += 1
-                    if stats.gen_first_batch_seconds is None:
-                        stats.gen_first_batch_seconds = time.perf_counter() - started
-                    if stats.first_batch_seconds is None:
-                        stats.first_batch_seconds = time.perf_counter() - engine.started_at(started)
+            planned = plan_generation([(k, replace(unique[k], stop=engine.policy.stop(unique[k])), c.tokens)
+                                       for k, c in zip(keys, contexts)], engine.seed)
+            mine = engine.distributed.mine([p for p in planned if p.key not in pool.known])
+            stats.gen_batches = 1
+            if mine:
+                stats.gen_slots = generation_slots(engine, mine)
+                _Runner(engine, unique, fingerprints, pool, progress, started).run(mine, stats.gen_slots)
         advanced = len(pool.known)  # what this rank held or generated
         results = pool.merge(lambda received: _store(engine, fingerprints, received))
         progress.advance(len(unique) - advanced)
@@ -127,17 +118,6 @@ def run_generation(engine: Host, requests: Sequence[Generate]) -> list[GenerateR
         progress.close()
         stats.gen_seconds += time.perf_counter() - started
     return [results[r.key] for r in requests]
-
-
-def _units(batches: list[GenBatch]) -> list[list[GenBatch]]:
-    """Consecutive batches joined where one request's rows run on into the next batch."""
-    units: list[list[GenBatch]] = []
-    for batch in batches:
-        if units and batch.rows[0].key == units[-1][-1].rows[-1].key:
-            units[-1].append(batch)
-        else:
-            units.append([batch])
-    return units
 
 
 def _store(engine: Host, fingerprints: dict[str, str], results: dict[str, GenerateResult]) -> None:
@@ -148,70 +128,56 @@ def _store(engine: Host, fingerprints: dict[str, str], results: dict[str, Genera
 
 
 class _Runner:
-    """Runs batches: collects each request's samples (its chunks may lie in several batches)
-    and stores a request once it is whole."""
+    """Sends the queue to the backend and stores each request once all its samples are done."""
 
     def __init__(self, engine: Host, unique: dict[str, Generate], fingerprints: dict[str, str],
-                 pool: Pool, progress: Progress):
+                 pool: Pool, progress: Progress, started: float):
         self.engine, self.unique, self.fingerprints = engine, unique, fingerprints
-        self.pool, self.progress = pool, progress
-        self.parts: dict[str, dict[int, Generation]] = {}
+        self.pool, self.progress, self.started = pool, progress, started
 
-    def run(self, batch: GenBatch) -> None:
-        rows = [r for r in batch.rows if r.key not in self.pool.known]
-        self.engine.stats.gen_prompt_tokens += sum(len(r.row.tokens) for r in rows)
-        self._generate(rows)
+    def run(self, rows: list[PlannedGen], slots: int) -> None:
+        """Generate `rows`, halving the slots while the backend runs out of memory."""
+        stats = self.engine.stats
+        stats.gen_prompt_tokens += sum(len(r.row.tokens) for r in rows)
+        while True:
+            try:
+                stats.gen_batches_run += 1
+                self._send(rows, slots)
+                return
+            except BatchTooLarge:
+                pass
+            if slots == 1:
+                longest = max(rows, key=lambda r: len(r.row.tokens) + r.row.max_new_tokens).row
+                raise UserError(
+                    f"one generation of {len(longest.tokens)} context tokens plus up to {longest.max_new_tokens} "
+                    "new ones does not fit in the device's memory; lower --max-length or use a device with more memory"
+                )
+            stats.oom_splits += 1
+            slots //= 2
+            stats.gen_slots = slots
+            rows = [r for r in rows if r.key not in self.pool.known]
 
-    def _generate(self, rows: list[PlannedGen]) -> None:
-        """The backend's generations for `rows`, halving the batch while it runs out of memory."""
-        try:
-            self.engine.backend.generate([r.row for r in rows], on_done=lambda i, s: self._collect(rows[i], s))
-            return
-        except BatchTooLarge:
-            pass
-        if len(rows) == 1 and len(rows[0].row.seeds) == 1:
-            raise UserError(
-                f"one generation of {len(rows[0].row.tokens)} context tokens plus up to "
-                f"{rows[0].row.max_new_tokens} new ones does not fit in the device's memory; "
-                "lower --max-length or use a device with more memory"
-            )
-        self.engine.stats.oom_splits += 1
-        for half in _halves(rows):
-            self._generate(half)
+    def _send(self, rows: list[PlannedGen], slots: int) -> None:
+        def done(i: int, samples: tuple[Generation, ...]) -> None:
+            self._store(rows[i], samples)
 
-    def _collect(self, planned: PlannedGen, samples: tuple[Generation, ...]) -> None:
+        self.engine.backend.generate([r.row for r in rows], on_done=done, slots=slots)
+
+    def _store(self, planned: PlannedGen, samples: tuple[Generation, ...]) -> None:
         stats = self.engine.stats
         tokens = sum(s.num_tokens for s in samples)
         stats.gen_samples += len(samples)
         stats.gen_tokens += tokens
         self.progress.advance(0, tokens)
-        part = self.parts.setdefault(planned.key, {})
-        part.update({planned.first_sample + j: s for j, s in enumerate(samples)})
-        self._store_if_whole(planned.key)
-
-    def _store_if_whole(self, key: str) -> None:
-        request = self.unique[key]
-        part = self.parts[key]
-        if len(part) < samples_needed(request) or key in self.pool.known:
-            return
-        samples = tuple(part[i] for i in range(samples_needed(request)))
+        if stats.gen_first_done_seconds is None:
+            stats.gen_first_done_seconds = time.perf_counter() - self.started
+        if stats.first_batch_seconds is None:
+            stats.first_batch_seconds = time.perf_counter() - self.engine.started_at(self.started)
+        request = self.unique[planned.key]
         if not request.do_sample:  # every repeat of a greedy request is the same text
             samples = samples * request.repeats
         result = GenerateResult(samples)
         if self.engine.cache is not None:
-            self.engine.cache.put_generations(self.fingerprints[key], {key: result})
-        self.pool.add({key: result})
+            self.engine.cache.put_generations(self.fingerprints[planned.key], {planned.key: result})
+        self.pool.add({planned.key: result})
         self.progress.advance(1)
-
-
-def _halves(rows: list[PlannedGen]) -> list[list[PlannedGen]]:
-    """Two halves of a batch's rows; one row of many samples splits its samples."""
-    if len(rows) > 1:
-        return [rows[: len(rows) // 2], rows[len(rows) // 2:]]
-    (planned,) = rows
-    seeds = planned.row.seeds
-    half = len(seeds) // 2
-    return [
-        [replace(planned, row=replace(planned.row, seeds=seeds[:half]))],
-        [replace(planned, first_sample=planned.first_sample + half, row=replace(planned.row, seeds=seeds[half:]))],
-    ]

@@ -47,7 +47,7 @@ def shareable(row: PlannedRow) -> tuple[int, ...]:
     return row.row.tokens[:first]
 
 
-def _lcp(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+def common_prefix_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -96,7 +96,7 @@ def find_prefix_groups(rows: Sequence[PlannedRow]) -> tuple[list[PrefixGroup], l
     """
     ordered = sorted(rows, key=lambda r: (shareable(r), r.row.tokens, r.keys))
     shares = [shareable(r) for r in ordered]
-    lcp = [_lcp(shares[i], shares[i + 1]) for i in range(len(ordered) - 1)]
+    lcp = [common_prefix_length(shares[i], shares[i + 1]) for i in range(len(ordered) - 1)]
     _, chosen = _clusters(lcp, 0, len(ordered), 0)
     groups: list[PrefixGroup] = []
     grouped: set[int] = set()

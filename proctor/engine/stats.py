@@ -27,13 +27,14 @@ class EngineStats:
     gen_requests: int = 0         # as given, duplicates included
     gen_unique: int = 0           # after dedupe on request key
     gen_cached: int = 0           # unique requests answered by the cache
-    gen_batches: int = 0          # batches in the full plan
-    gen_batches_run: int = 0      # batches sent to the backend
+    gen_batches: int = 0          # backend calls in the full plan (one queue of requests each)
+    gen_batches_run: int = 0      # backend calls made (more than planned after running out of memory)
+    gen_slots: int = 0            # samples decoded at once (0: as many as the queue holds)
     gen_samples: int = 0          # samples generated (a greedy request's repeats count once)
     gen_tokens: int = 0           # tokens generated
     gen_prompt_tokens: int = 0    # context tokens prefilled (once per prompt, whatever its samples)
     gen_seconds: float = 0.0
-    gen_first_batch_seconds: Optional[float] = None  # from `generate` to the first batch done
+    gen_first_done_seconds: Optional[float] = None  # from `generate` to the first request's samples done
 
 
 # What each rank did on its own; `Engine.total_stats` adds them up over the ranks.

@@ -60,8 +60,9 @@ from proctor.requests import Chat, Context, Generate, Loglikelihood
 
 # Bump when the policy's output could change; it is part of every resume-cache key.
 POLICY_VERSION = "olmes-1"
-# The same for generation contexts; part of every generation cache key.
-GENERATION_POLICY_VERSION = "gen-1"
+# The same for generation contexts and decoding; part of every generation cache key.
+# gen-2: continuous batching over shared prefixes (attention summed in another order).
+GENERATION_POLICY_VERSION = "gen-2"
 # The same for rolling documents; part of every rolling cache key.
 ROLLING_POLICY_VERSION = "rolling-1"
 _ENCODE_CHUNK = 2048  # texts per batched tokenizer call: parallel, with bounded memory
