@@ -39,12 +39,12 @@ def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: to
 
 
 class SlotCache:
-    """Per layer: the prompt slots' suffix keys/values and the sample slots' own, grown on demand."""
+    """Per layer: the prompt slots' suffix keys/values (more slots added on demand) and the
+    sample slots' own."""
 
-    def __init__(self, prompt_length: int, sample_length: int, slots: int):
+    def __init__(self, prompt_length: int, sample_length: int):
         self.prompt_length = prompt_length   # the longest suffix a prompt slot holds
         self.sample_length = sample_length   # the most tokens a sample slot holds
-        self.slots = slots
         self.prompt: list[KV] = []
         self.sample: list[KV] = []
 
@@ -68,15 +68,11 @@ class SlotCache:
         """Store each slot's new key/value [slots, kv, d] at its position `at`; views of the first
         `width` positions of every slot."""
         if layer == len(self.sample):
+            # full length at once: memory is slots x sample_length whatever the samples do
             s, kv, d = key.shape
-            shape = (s, kv, min(64, self.sample_length), d)
+            shape = (s, kv, self.sample_length, d)
             self.sample.append((key.new_zeros(shape), value.new_zeros(shape)))
         keys, values = self.sample[layer]
-        if width > keys.shape[2]:
-            grow = min(max(width, 2 * keys.shape[2]), self.sample_length) - keys.shape[2]
-            keys = torch.cat([keys, keys.new_zeros((*keys.shape[:2], grow, keys.shape[3]))], dim=2)
-            values = torch.cat([values, values.new_zeros((*values.shape[:2], grow, values.shape[3]))], dim=2)
-            self.sample[layer] = (keys, values)
         rows = torch.arange(key.shape[0], device=key.device)
         keys[rows, :, at] = key
         values[rows, :, at] = value

@@ -1,12 +1,14 @@
 """Choosing the next token and recognising the end of a generation; pure, per sample row.
 
-Sampling follows transformers' `TemperatureLogitsWarper` then `TopPLogitsWarper` (vLLM
-defines both the same way): scores divided by the temperature; of the tokens sorted by
-probability, those whose cumulative probability from the least likely up stays at or
-below 1 - top_p are removed, the most likely always kept; then one draw from the
-softmax. Scores are the float32 log-softmax of the logits (the same distribution as the
-logits themselves, better conditioned). Each row draws with its own `torch.Generator`,
-one row at a time, so a sample never depends on the other rows of its batch.
+Sampling draws from the distribution transformers' `TemperatureLogitsWarper` then
+`TopPLogitsWarper` define (vLLM defines both the same way): the softmax of the logits
+divided by the temperature, restricted to the most likely tokens whose probability mass
+before them (in decreasing order) is below top_p, the most likely always kept, and
+renormalised. The draw is one uniform number from the row's own `torch.Generator`,
+inverted through that distribution's cumulative sum (in decreasing order of probability).
+Only the top candidates are sorted (`torch.topk`, widened until the cut lies inside
+them), not the whole vocabulary, and every step works row by row, so a row draws the
+same token whatever rows come with it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 import torch
-from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
 
 
 def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
@@ -22,19 +23,35 @@ def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
     return logits.float().argmax(dim=-1)
 
 
+_CANDIDATES = 256  # tokens sorted first for top-p; doubled until the cut lies inside them
+
+
 def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float,
                   generators: Sequence[torch.Generator]) -> list[int]:
-    """One draw per row of [rows, vocab] logits with temperature and top-p, row i with generators[i].
-
-    Every step works row by row, so a row draws the same token whatever rows come with it.
-    """
-    scores = torch.log_softmax(logits.float(), dim=-1)
-    if temperature != 1.0:
-        scores = TemperatureLogitsWarper(temperature)(None, scores)
-    if top_p < 1.0:
-        scores = TopPLogitsWarper(top_p)(None, scores)
-    probs = torch.softmax(scores, dim=-1)
-    return [int(torch.multinomial(probs[i], 1, generator=g)) for i, g in enumerate(generators)]
+    """One draw per row of [rows, vocab] logits with temperature and top-p, row i with generators[i]."""
+    probs = torch.softmax(logits.float() / temperature, dim=-1)
+    if top_p >= 1.0:
+        index, kept = None, probs
+    else:
+        k = min(_CANDIDATES, probs.shape[-1])
+        while True:
+            top, index = torch.topk(probs, k, dim=-1)
+            before = top.cumsum(dim=-1) - top        # mass of the more likely candidates
+            keep = before < top_p
+            keep[:, 0] = True
+            if k == probs.shape[-1] or not bool(keep[:, -1].any()):
+                break
+            k = min(2 * k, probs.shape[-1])
+        kept = top * keep
+    cumulative = kept.cumsum(dim=-1)
+    chosen = []
+    for i, generator in enumerate(generators):
+        u = torch.rand((), generator=generator, device=probs.device) * cumulative[i, -1]
+        j = min(int(torch.searchsorted(cumulative[i], u[None], right=True)), kept.shape[-1] - 1)
+        while kept[i, j] == 0:  # u landed on the last kept token's upper edge: take it
+            j -= 1
+        chosen.append(j if index is None else int(index[i, j]))
+    return chosen
 
 
 def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator) -> int:

@@ -2,7 +2,8 @@
 
 A fixed number of sample slots decode one token each per step. A sample that ends (EOS,
 stop string, length) frees its slot, which takes the next queued sample at once, so the
-batch stays full until the queue is empty; then the batch shrinks to its live slots.
+batch stays full until the queue is empty; then the batch shrinks to its live slots
+(once an eighth of them are empty: shrinking copies the live slots' keys and values).
 
 Nothing is prefilled or stored twice (see `decode_attention.py`):
 
@@ -118,8 +119,7 @@ class ContinuousBatch:
                 self.prompts[i] = _Prompt(g, shared, row.tokens[shared:], len(row.seeds), len(row.seeds), watch)
                 self.queue.extend((i, j) for j in range(len(row.seeds)))
         self.slots: list[Optional[_Sample]] = [None] * max(1, min(slots, len(self.queue)))
-        self.cache = SlotCache(max(len(p.suffix) for p in self._prompts()), max(r.max_new_tokens for r in rows),
-                               len(self.slots))
+        self.cache = SlotCache(max(len(p.suffix) for p in self._prompts()), max(r.max_new_tokens for r in rows))
         self.free_prompt_slots: list[int] = []
         self.prompt_slot_length: list[int] = []   # suffix length held by each prompt slot (0: free)
         self.results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
@@ -139,7 +139,7 @@ class ContinuousBatch:
             live = [b for b, s in enumerate(self.slots) if s is not None]
             if not live:
                 return all_finished(self.results)
-            if not self.queue and len(live) <= len(self.slots) // 2:
+            if not self.queue and len(self.slots) - len(live) >= max(1, len(self.slots) // 8):
                 live = self._shrink(live)
             samples = [self.slots[b] for b in live]
             self._advance(samples, self._step(live))  # type: ignore[arg-type]
@@ -291,4 +291,6 @@ class ContinuousBatch:
 def generate_rows(decoder: Any, head: Any, tokenizer: Any, eos: frozenset[int], rows: Sequence[GenRow],
                   slots: int, on_done: Optional[OnDone] = None) -> list[tuple[Generation, ...]]:
     """Each row's samples in seed order; `on_done(i, samples)` as soon as row i has all of its own."""
+    if not rows:
+        return []
     return ContinuousBatch(decoder, head, tokenizer, eos, rows, slots, on_done).run()
