@@ -118,6 +118,7 @@ class DecodeStep:
     column: torch.Tensor       # per live slot: its place among its prompt's live samples
     columns: int               # the most live samples of one prompt
     prompt_lengths: torch.Tensor  # per prompt slot in use (0 .. max slot): its suffix length
+    prompt_width: int          # the longest of them
     groups: tuple[PrefixGroup, ...] = ()
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
@@ -127,7 +128,7 @@ class DecodeStep:
         g = h // kv
         q = query.reshape(s, kv, g, d)
         keys, values = self.cache.write_sample(layer, self.write_at, key[:, :, 0], value[:, :, 0], self.width)
-        own = masked_attend(q, keys, values, self.write_at + 1, scale)
+        own = masked_attend(q, keys, values, self.write_at + 1, scale)  # the new token included
         out, lse = own[0][self.live], own[1][self.live]
         out, lse = merge_parts((out, lse), self._prompt_part(q[self.live], layer, scale))
         for group in self.groups:
@@ -144,7 +145,7 @@ class DecodeStep:
     def _prompt_part(self, q: torch.Tensor, layer: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
         """Live queries [n, kv, g, d] against their prompts' suffixes, the samples of a prompt side by side."""
         n, kv, g, d = q.shape
-        prompts, width = len(self.prompt_lengths), int(self.prompt_lengths.max())
+        prompts, width = len(self.prompt_lengths), self.prompt_width
         grid = q.new_zeros((prompts, self.columns, kv, g, d))
         grid[self.prompt_slot, self.column] = q
         grid = grid.permute(0, 2, 1, 3, 4).reshape(prompts, kv, self.columns * g, d)

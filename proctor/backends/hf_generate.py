@@ -223,6 +223,7 @@ class ContinuousBatch:
             if prompt.offset:
                 group_rows.setdefault(prompt.group, []).append(k)
         dev = self.device
+        prompt_lengths = self.prompt_slot_length[: max(prompt_slots) + 1]
         step = DecodeStep(
             cache=self.cache,
             write_at=torch.tensor(write_at, device=dev),
@@ -231,7 +232,8 @@ class ContinuousBatch:
             prompt_slot=torch.tensor(prompt_slots, device=dev),
             column=torch.tensor(columns, device=dev),
             columns=max(columns) + 1,
-            prompt_lengths=torch.tensor(self.prompt_slot_length[: max(prompt_slots) + 1], device=dev),
+            prompt_lengths=torch.tensor(prompt_lengths, device=dev),
+            prompt_width=max(prompt_lengths),
             groups=tuple(PrefixGroup(self.prefix_kv[g], torch.tensor(rows, device=dev))
                          for g, rows in group_rows.items()),
         )
