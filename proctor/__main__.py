@@ -14,4 +14,6 @@ if _loaded is not None and os.path.dirname(os.path.abspath(getattr(_loaded, "__f
 
 from proctor.cli import main  # noqa: E402
 
-sys.exit(main())
+# vLLM's CPU build starts its engine by spawn, which imports this module again as __mp_main__
+if __name__ == "__main__":
+    sys.exit(main())

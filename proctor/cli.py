@@ -139,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="vllm: read answer letters from one generated position (OLMES fast path; -999 "
                           "outside the top 20); recorded in metrics.json")
     run.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="vllm: GPUs per model")
-    run.add_argument("--gpu-memory-utilization", type=float, help="vllm: share of GPU memory (default 0.9)")
+    run.add_argument("--gpu-memory-utilization", type=float,
+                     help="vllm: share of GPU memory (default 0.9); with vLLM's CPU build, the share of this "
+                          "machine's memory it reserves (default: proctor sizes its key/value cache)")
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
     run.add_argument("--no-cache", action="store_true",
                      help="neither read nor store results in the result cache ($PROCTOR_CACHE_DIR/results.sqlite)")

@@ -63,6 +63,7 @@ class RequestOutput:
     prompt_logprobs: Optional[list]
     outputs: list
     finished: bool = True
+    num_cached_tokens: int = 0
 
 
 class ToyTokenizer:
@@ -104,20 +105,37 @@ class FakeSamplingParams:
         self.__dict__.update(kwargs)
 
 
+BLOCK = 2
+GARBAGE = {0: Logprob(123.0, 1)}   # what vLLM leaves at prompt positions served from its cache
+
+
 class FakeLLM:
-    """`vllm.LLM.generate` over the toy LM: prompt log-probs, greedy/seeded sampling, stops."""
+    """`vllm.LLM.generate` over the toy LM: prompt log-probs, greedy/seeded sampling, stops,
+    and a prefix cache of BLOCK-token blocks that, as vLLM's, leaves no log-probs where it hit."""
 
     def __init__(self):
         self.seen: list[tuple[list[int], dict]] = []
+        self.cached: set[tuple[int, ...]] = set()
+
+    def _cache_hit(self, prompt: list[int], sp: dict) -> int:
+        hit = 0
+        # vLLM's default: requests for prompt log-probs skip the cache
+        if not sp.get("skip_reading_prefix_cache", sp.get("prompt_logprobs") is not None):
+            while hit + BLOCK <= len(prompt) - 1 and tuple(prompt[:hit + BLOCK]) in self.cached:
+                hit += BLOCK
+        self.cached.update(tuple(prompt[:k]) for k in range(BLOCK, len(prompt) + 1, BLOCK))
+        return hit
 
     def generate(self, prompts, sampling_params, use_tqdm=True):
         return [self._one(p["prompt_token_ids"], sp.__dict__) for p, sp in zip(prompts, sampling_params)]
 
     def _one(self, prompt: list[int], sp: dict) -> RequestOutput:
         self.seen.append((list(prompt), dict(sp)))
+        cached = self._cache_hit(prompt, sp)
         prompt_lps = None
         if sp.get("prompt_logprobs") is not None:
-            prompt_lps = [None] + [top_entries(toy_logprobs(prompt[:p]), sp["prompt_logprobs"], prompt[p])
+            prompt_lps = [None] + [GARBAGE if p <= cached else
+                                   top_entries(toy_logprobs(prompt[:p]), sp["prompt_logprobs"], prompt[p])
                                    for p in range(1, len(prompt))]
         rng = random.Random(sp.get("seed"))
         tokens, lps_out, reason, stop_reason = [], [], "length", None
@@ -141,7 +159,7 @@ class FakeLLM:
                 break
         completion = CompletionOutput(0, tok.decode(tokens), tokens, None,
                                       lps_out if sp.get("logprobs") is not None else None, reason, stop_reason)
-        return RequestOutput("0", None, list(prompt), prompt_lps, [completion])
+        return RequestOutput("0", None, list(prompt), prompt_lps, [completion], num_cached_tokens=cached)
 
 
 @pytest.fixture
@@ -190,7 +208,10 @@ def test_plan_scoring_params_and_shared_prompts():
     assert [p.token_ids for p in plan.prompts] == [(1, 2, 3, 0), (1, 2, 3, 1)]  # the repeated prompt runs once
     assert plan.sources == ((0, 1), (1,)) and plan.fast == (False, False)
     assert plan.prompts[0].sampling == {"prompt_logprobs": 1, "max_tokens": 1, "temperature": 0.0,
-                                        "detokenize": False}
+                                        "detokenize": False, "skip_reading_prefix_cache": False}
+    assert plan.cacheable == (2, 2)   # log-probs are read from position 2 on
+    whole = vb.plan_scoring(rows, 64, vllm_for_mc=False, reuse_cache=False)
+    assert "skip_reading_prefix_cache" not in whole.prompts[0].sampling   # vLLM's default: skip it
     fast = vb.plan_scoring(rows, 64, vllm_for_mc=True)
     assert [p.token_ids for p in fast.prompts] == [(1, 2, 3)] and fast.sources == ((0, 0), (0,))
     assert fast.prompts[0].sampling == {"logprobs": 20, "max_tokens": 1, "temperature": 0.0, "detokenize": False}
@@ -274,6 +295,25 @@ def test_score_rows_matches_the_toy_model(fake_vllm):
     assert backend().score([Row((1, 2, 3), (Readout(2, (greedy,)),))])[0][0].is_greedy
 
 
+def test_prefix_cache_hits_are_used_and_hits_past_a_readout_run_again(fake_vllm):
+    context = [1, 2, 3, 4, 5]
+    # the first two choices share their first token: once [..., 5, 0] is cached (a block
+    # boundary at 6 tokens), the second's hit covers the position its readout starts at; the
+    # third reads 4 cached tokens, short of its start
+    rows = [Row(tuple(context), (Readout(4, (0, 2)), Readout(4, (0, 3)), Readout(4, (4,))))]
+    b = backend()
+    results = b.score(rows)
+    for result, cont in zip(results[0], ([0, 2], [0, 3], [4])):
+        assert result.sum_logits == pytest.approx(exact(context, cont))
+    stats = b.stats
+    assert stats.cached_prompt_tokens == 6 + 4 and stats.cache_reruns == 1
+    reran = [sp for _, sp in b.llm.seen if "skip_reading_prefix_cache" not in sp]
+    assert len(reran) == 1
+    cold = backend()
+    cold.reuse_prefix_cache = False
+    assert cold.score(rows) == results and cold.stats.cached_prompt_tokens == 0
+
+
 def test_engine_loglikelihood_end_to_end_with_truncation(fake_vllm):
     requests = [Loglikelihood("abcabc", "d"), Loglikelihood("abcabc", "e"), Loglikelihood("bca", "dea")]
     results = Engine(backend(max_length=4), progress=False).run(requests)
@@ -301,7 +341,8 @@ def test_fast_path_agrees_inside_the_top_k_and_gives_minus_999_outside(fake_vllm
     assert all(scores[i] == -999 for i in ranked[2:])
     record = narrow.config_record()
     assert record["vllm_for_mc"] is True
-    assert record["vllm_for_mc_stats"] == {"mc_rows": 1, "mc_readouts": 7, "mc_outside_top_k": 5}
+    stats = record["vllm_stats"]
+    assert (stats["mc_rows"], stats["mc_readouts"], stats["mc_outside_top_k"]) == (1, 7, 5)
 
 
 def test_fast_path_leaves_multi_token_rows_exact(fake_vllm):
@@ -313,7 +354,7 @@ def test_fingerprint_and_record_name_the_fast_path():
     off, on = backend(), backend(vllm_for_mc=True)
     assert off.fingerprint != on.fingerprint and "vllm_for_mc=top20" in on.fingerprint
     assert "backend=vllm" in off.fingerprint and "vllm_for_mc=exact" in off.fingerprint
-    assert off.config_record()["vllm_for_mc"] is False and "vllm_for_mc_stats" not in off.config_record()
+    assert off.config_record()["vllm_for_mc"] is False and off.config_record()["device"] == "cuda"
     assert off.with_vllm_for_mc(True).fingerprint == on.fingerprint
 
 
@@ -347,13 +388,68 @@ def test_missing_vllm_is_a_user_error_with_the_install_hint(monkeypatch):
         vb.load_vllm_backend("smollm2-135m")
 
 
-def test_no_cuda_gpu_is_a_user_error(monkeypatch):
-    import torch
-
+def fake_platform(monkeypatch, *, cuda: bool, cpu: bool) -> None:
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_cuda=lambda: cuda, is_cpu=lambda: cpu)
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
     monkeypatch.setattr(vb.importlib.util, "find_spec", lambda name: object())
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    with pytest.raises(UserError, match="needs a CUDA GPU"):
-        vb.require_vllm()
+
+
+def test_a_vllm_build_without_its_device_is_a_user_error(monkeypatch):
+    fake_platform(monkeypatch, cuda=False, cpu=False)
+    with pytest.raises(UserError, match="no device to run on here.*--vllm-cpu"):
+        vb.vllm_platform()
+    fake_platform(monkeypatch, cuda=False, cpu=True)
+    assert vb.vllm_platform()[1] == "cpu"
+    with pytest.raises(UserError, match="--device cuda does not match this vLLM build, which runs on cpu"):
+        vb.load_vllm_backend("smollm2-135m", device="cuda")
+
+
+def test_a_torchvision_for_another_torch_is_named_with_its_fix(monkeypatch):
+    monkeypatch.setattr(vb.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+
+    def broken(name, *args, **kwargs):
+        if name == "vllm":
+            raise RuntimeError("operator torchvision::nms does not exist")
+        return real_import(name, *args, **kwargs)
+
+    import builtins
+
+    real_import = builtins.__import__
+    monkeypatch.setattr(builtins, "__import__", broken)
+    with pytest.raises(UserError, match="pip uninstall -y torchvision torchaudio torchcodec") as raised:
+        vb.vllm_platform()
+    assert "\n" not in str(raised.value)
+
+
+def test_cpu_kv_cache_is_sized_and_a_greedy_utilization_refused():
+    import psutil
+
+    config = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+    assert vb.kv_bytes_per_token(config, 4) == 2 * 30 * 3 * 64 * 4
+    size = vb.cpu_kv_cache_bytes(config, 4, 2049, None)
+    assert 0 < size <= vb.CPU_KV_CACHE_MAX_BYTES
+    free = psutil.virtual_memory().available / psutil.virtual_memory().total
+    if free < 0.99:
+        with pytest.raises(UserError, match="--gpu-memory-utilization 1.0 asks vLLM's CPU build for"):
+            vb.cpu_kv_cache_bytes(config, 4, 2049, 1.0)
+    with pytest.raises(UserError, match="smaller --max-length"):
+        vb.cpu_kv_cache_bytes({**config, "num_hidden_layers": 10 ** 6}, 4, 2049, None)
+
+
+@pytest.mark.parametrize("files, message", [
+    ({}, "no readable config.json"),
+    ({"config.json": "{not json"}, "no readable config.json"),
+    ({"config.json": "{}"}, "names no architectures"),
+    ({"config.json": '{"architectures": ["LlamaForCausalLM"]}'}, "holds no weights"),
+])
+def test_a_model_directory_vllm_cannot_load_is_named(tmp_path, files, message):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(UserError, match=message):
+        vb.model_config(tmp_path, "my-model")
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -366,11 +462,10 @@ def test_bad_settings_are_user_errors(kwargs, message):
         vb.load_vllm_backend("smollm2-135m", **kwargs)
 
 
-def test_model_positions_must_hold_a_scored_prompt(tmp_path):
-    (tmp_path / "config.json").write_text('{"max_position_embeddings": 2048}')
-    vb.check_positions(tmp_path, 2047)
+def test_model_positions_must_hold_a_scored_prompt():
+    vb.check_positions({"max_position_embeddings": 2048}, 2047)
     with pytest.raises(UserError, match="--max-length 2047"):
-        vb.check_positions(tmp_path, 2048)
+        vb.check_positions({"max_position_embeddings": 2048}, 2048)
 
 
 def test_eos_ids_include_the_generation_config(tmp_path):

