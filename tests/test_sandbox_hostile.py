@@ -383,13 +383,13 @@ FORGES = {
             for name in files:
                 try:
                     with open(os.path.join(top, name), "rb") as f:
-                        data = f.read(1 << 24)
+                        data = f.read(1 << 20)
                 except OSError:
                     continue
                 if (b"def chec" + b"k(candidate") in data:
                     print("FOUND TESTS ON DISK", os.path.join(top, name))
         return True
-        """), {"failed"}),
+        """), {"failed", "timeout"}),   # a big host file system takes longer than the wall limit to walk
     # A module planted where the tester might import it would run with the verdict fd.
     "plant_modules_for_the_tester": (ADD, body(f"""
         import os, sys

@@ -564,7 +564,8 @@ _watchdog_pipes: list[int] = []   # write ends, held open for the life of this p
 def reap_when_this_process_dies(since: float) -> None:
     """vLLM's engine processes outlive a SIGKILLed front end (they wait on its sockets, holding
     the model and the key/value cache): a watchdog kills those started since `since` once
-    this process is gone, however it ended."""
+    this process is gone, however it ended. (A kill during the engine's start-up, before
+    this runs, still leaves them.)"""
     import subprocess
     import sys
 
@@ -592,7 +593,8 @@ def load_vllm_backend(
     position a scored token needs; `gpu_memory_utilization` None: 0.9 on a GPU, and on the CPU
     a key/value cache of min(4 GiB, a quarter of the free memory)."""
     check_settings(2 if max_length is None else max_length, tensor_parallel_size, gpu_memory_utilization)
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")   # before vllm is imported: its INFO floods the terminal
+    # before vllm is imported: its INFO and its warnings about the settings below flood the terminal
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     vllm_version, platform = vllm_platform()
     if device is not None and device != platform:
         raise UserError(f"--device {device} does not match this vLLM build, which runs on {platform}: "
