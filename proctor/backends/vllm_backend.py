@@ -76,6 +76,10 @@ INSTALL_HINT = ("pip install 'proctor[vllm]' on Linux with a CUDA GPU, or vLLM's
 CPU_KV_CACHE_MAX_BYTES = 4 << 30
 CPU_KV_CACHE_SHARE = 0.25            # of the memory available at start
 CPU_MAX_BATCHED_TOKENS = 4096        # per engine step (a prompt's logits are computed whole)
+# The CPU build's default cache block is 128 tokens; a scoring prompt recomputes (and takes
+# full-vocabulary log-probs at) every position after its last cached block, so smaller
+# blocks score ARC-Challenge MC 1.7x faster, with the same decode speed (measured here).
+CPU_BLOCK_SIZE = 32
 # Tokens per engine batch for batch_size="auto": vLLM schedules within a batch itself, so
 # batches only need to be large enough to keep it busy and small enough to resume cheaply.
 _TOKEN_BUDGET = 1 << 18
@@ -286,6 +290,7 @@ class VLLMSettings:
     kv_cache_bytes: Optional[int] = None   # CPU: the key/value cache proctor sized (None: by utilization)
     chunked_prefill: bool = True
     enforce_eager: bool = False
+    block_size: Optional[int] = None       # None: vLLM's default for the device
     vllm_version: str = "unknown"
 
 
@@ -336,6 +341,7 @@ class VLLMBackend:
             "kv_cache_bytes": s.kv_cache_bytes,
             "chunked_prefill": s.chunked_prefill,
             "enforce_eager": s.enforce_eager,
+            "block_size": s.block_size,
             "scoring_reads_prefix_cache": self.reuse_prefix_cache,
             "vllm_for_mc": self.vllm_for_mc,
             "vllm_for_mc_top_k": MC_TOP_K if self.vllm_for_mc else None,
@@ -632,8 +638,8 @@ def load_vllm_backend(
                                                      gpu_memory_utilization)
         # whole prefills keep per-sample seeds (see the module docstring); eager start-up is
         # ~45 s against ~3 min with torch.compile, for about the same speed on small models
-        settings.chunked_prefill, settings.enforce_eager = False, True
-        engine = {"enable_chunked_prefill": False, "enforce_eager": True,
+        settings.chunked_prefill, settings.enforce_eager, settings.block_size = False, True, CPU_BLOCK_SIZE
+        engine = {"enable_chunked_prefill": False, "enforce_eager": True, "block_size": CPU_BLOCK_SIZE,
                   "max_num_batched_tokens": max(max_length + 1, CPU_MAX_BATCHED_TOKENS)}
         if settings.kv_cache_bytes is not None:
             engine["kv_cache_memory_bytes"] = settings.kv_cache_bytes
