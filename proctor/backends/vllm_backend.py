@@ -430,6 +430,11 @@ class VLLMBackend:
 BROKEN_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 
 
+def one_line(e: BaseException) -> str:
+    """An exception's message on one line (vLLM's and transformers' span several)."""
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def vllm_platform() -> tuple[str, str]:
     """vLLM's version and the device its build runs on here ("cuda" or "cpu"); UserError when
     it is not installed, does not import, or has no device here."""
@@ -439,7 +444,7 @@ def vllm_platform() -> tuple[str, str]:
         import vllm  # noqa: F401  (its import fails on a torchvision built for another torch)
         from vllm.platforms import current_platform
     except Exception as e:  # a broken install raises many types
-        reason = " ".join(str(e).split()) or type(e).__name__
+        reason = one_line(e)
         if any(name in reason for name in BROKEN_COMPANIONS):
             raise UserError(f"vLLM does not import ({reason[:200]}): the torchvision/torchaudio/torchcodec "
                             "installed here were built for another torch; remove them "
@@ -620,7 +625,7 @@ def load_vllm_backend(
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
     except Exception as e:  # a user's files: many types
-        reason = " ".join(str(e).split()) or type(e).__name__
+        reason = one_line(e)
         raise UserError(f"vLLM cannot load model {model}: its tokenizer does not load ({reason[:200]})") from None
     if max_length is None:
         from transformers import AutoConfig
@@ -659,7 +664,7 @@ def load_vllm_backend(
                   tensor_parallel_size=tensor_parallel_size, max_model_len=max_length + 1,
                   enable_prefix_caching=True, max_logprobs=MC_TOP_K, **engine)
     except (ValueError, OSError) as e:   # checked in this process: the config, the model's architecture
-        reason = " ".join(str(e).split()) or type(e).__name__
+        reason = one_line(e)
         raise UserError(f"vLLM cannot load model {model}: {reason[:300]}") from None
     except RuntimeError as e:
         if "Engine core initialization failed" not in str(e):
