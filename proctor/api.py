@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from proctor.backends.select import BackendOptions, backend_record, check_backend_options, open_backend
 from proctor.data import resolve_data_dir
@@ -84,6 +84,15 @@ def _num_fewshot(value: Any) -> Optional[int]:
     raise UserError(f"num_fewshot (--num-fewshot) must be a whole number >= 0, got {value!r}")
 
 
+def _labels(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and k.strip() and "=" not in k
+                                                 and isinstance(v, str) for k, v in value.items()):
+        raise UserError(f"labels must map names (no '=') to strings, e.g. {{'step': '1000'}}; got {value!r}")
+    return dict(value)
+
+
 def _batch_size(value: Any) -> Union[int, str]:
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return value
@@ -124,6 +133,7 @@ def evaluate(
     fewshot_as_multiturn: Optional[bool] = None,
     system_instruction: Optional[str] = None,
     think_tags: Union[bool, tuple[str, str]] = False,
+    labels: Optional[Mapping[str, str]] = None,
     command: Sequence[str] = (),
 ) -> RunRecord:
     """Evaluate `model` on `tasks` (task or suite specs) and return the whole run's record.
@@ -146,7 +156,8 @@ def evaluate(
     --apply_chat_template; `fewshot_as_multiturn` (default: on with a chat template) and
     `system_instruction` are lm-eval's options of those names. `think_tags` (True: <think>
     and </think>, or a pair) reads generation tasks' answers without the reasoning spans
-    (the records keep the whole text).
+    (the records keep the whole text). `labels` (`--label KEY=VALUE`) are recorded in
+    run_config for reports (`step` orders a series of checkpoints); they change no result.
     """
     ranks = DistributedContext.from_env()  # torchrun's RANK/WORLD_SIZE; one rank without it
     started = datetime.now(timezone.utc)
@@ -157,6 +168,7 @@ def evaluate(
         include_tasks([os.fspath(p) for p in include])
     specs = _check_tasks(tasks)
     num_fewshot = _num_fewshot(num_fewshot)
+    run_labels = _labels(labels)
     data = resolve_data_dir(None if data_dir is None else os.fspath(data_dir))
     batch = _batch_size(batch_size)
     out = None if output is None else Path(output)
@@ -231,7 +243,8 @@ def evaluate(
             chat_template_sha256=None if template is None else template.digest,
             backend_config={k: v for k, v in backend_record(model_backend, given.options).items() if k != "backend"}),
         run_config=RunConfig(tasks=tuple(specs), limit=limit, data_dir=None if data is None else str(data),
-                             world_size=ranks.world_size, include=tuple(os.fspath(p) for p in include)),
+                             world_size=ranks.world_size, include=tuple(os.fspath(p) for p in include),
+                             labels=run_labels),
         versions=library_versions(),
         git=code_git_state(),
         command=tuple(command),

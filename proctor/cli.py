@@ -68,6 +68,22 @@ def _json_object(text: str) -> dict:
     return value
 
 
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. step=1000), got {text!r}")
+    return key.strip(), value
+
+
+def _labels(pairs: Optional[Sequence[tuple[str, str]]]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for key, value in pairs or ():
+        if key in labels and labels[key] != value:
+            raise UserError(f"--label {key} is given twice ({labels[key]!r} and {value!r}); give it once")
+        labels[key] = value
+    return labels
+
+
 def _batch_size(text: str):
     return "auto" if text == "auto" else _positive_int(text)
 
@@ -86,6 +102,7 @@ def _specs(values: Sequence[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from proctor.metrics.clusters import CLUSTER_COLUMNS
     from proctor.version import VERSION
 
     parser = _Parser(prog="proctor", description="Evaluate language models with reproducible protocols.")
@@ -143,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="vllm: share of GPU memory (default 0.9); with vLLM's CPU build, the share of this "
                           "machine's memory it reserves (default: proctor sizes its key/value cache)")
     run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
+    run.add_argument("--label", action="append", type=_label, metavar="KEY=VALUE",
+                     help="record a label in metrics.json for reports, e.g. step=1000 (repeatable)")
     run.add_argument("--no-cache", action="store_true",
                      help="neither read nor store results in the result cache ($PROCTOR_CACHE_DIR/results.sqlite)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -167,10 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
     verify.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR)")
 
-    compare = sub.add_parser("compare", help="per-item agreement of two run directories (e.g. two backends)")
+    compare = sub.add_parser("compare", help="two run directories item by item: agreement and a paired comparison")
     compare.add_argument("run_a", help="a run directory")
     compare.add_argument("run_b", help="another run directory of the same specs")
-    compare.add_argument("--json", help="also write the agreement as JSON to this file")
+    compare.add_argument("--json", help="also write the comparison as JSON to this file")
+    compare.add_argument("--cluster-by", choices=CLUSTER_COLUMNS,
+                         help="count documents that share this sidecar column as one cluster (e.g. MMLU subject)")
+
+    report = sub.add_parser("report", help="a self-contained HTML report of one or more run directories")
+    report.add_argument("runs", nargs="+", metavar="RUN",
+                        help="run directories: two get a paired comparison, several a curve (by --label step)")
+    report.add_argument("--output", required=True, help="the HTML file to write, e.g. report.html")
+    report.add_argument("--cluster-by", choices=CLUSTER_COLUMNS,
+                        help="count documents that share this sidecar column as one cluster (e.g. MMLU subject)")
+    report.add_argument("--overwrite", action="store_true", help="replace --output when it is an earlier report")
 
     from proctor.factual.cli import add_parser as add_factual
 
@@ -204,7 +233,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         chat_template=args.chat_template, fewshot_as_multiturn=args.fewshot_as_multiturn,
         system_instruction=args.system_instruction, think_tags=args.think_tags or False,
-        command=["proctor", *map(redact_url, sys.argv[1:])])
+        labels=_labels(args.label), command=["proctor", *map(redact_url, sys.argv[1:])])
     if is_main:
         _print_alias_notes(args)
         for warning in result.warnings:
@@ -303,17 +332,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from proctor.compare import compare_runs
+    from proctor.compare import compare_runs, comparison_json
     from proctor.outputs.owned import check_output_file, write_owned_file
     from proctor.report import print_agreement
 
     if args.json:
         check_output_file(Path(args.json), option="--json")
-    agreement = compare_runs(Path(args.run_a), Path(args.run_b))
-    print_agreement(agreement, args.run_a, args.run_b)
+    comparison = compare_runs(Path(args.run_a), Path(args.run_b), args.cluster_by)
+    print_agreement(comparison, args.run_a, args.run_b)
     if args.json:
-        text = json.dumps([a.to_dict() for a in agreement], indent=2) + "\n"
+        doc = comparison_json(comparison, args.run_a, args.run_b, args.cluster_by)
+        text = json.dumps(doc, indent=2) + "\n"
         write_owned_file(Path(args.json), text.encode(), option="--json")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from proctor.report.html import write_report
+
+    write_report([Path(r) for r in args.runs], Path(args.output), cluster_by=args.cluster_by,
+                 overwrite=args.overwrite)
+    print(f"wrote {args.output}")
     return 0
 
 
@@ -324,7 +363,7 @@ def cmd_factual(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify": cmd_verify,
-            "compare": cmd_compare, "factual": cmd_factual}
+            "compare": cmd_compare, "report": cmd_report, "factual": cmd_factual}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -17,6 +17,7 @@ from typing import Mapping, Optional, Sequence
 from proctor.engine import Engine
 from proctor.errors import UserError
 from proctor.metrics import Stat
+from proctor.metrics.clusters import per_sample, task_error
 from proctor.outputs.records import MetricSummary, SpecScore, TaskRecord, finite
 from proctor.requests import Request, is_chat, policy_of
 from proctor.scores import TaskResult, spec_entry
@@ -172,15 +173,25 @@ def score(evaluation: Plan, engine: Engine) -> ScoredPlan:
         # requests are batched across tasks: model time is shared out by request
         model_seconds = sum(engine.seconds_per_request(r) for r in run.requests())
         config = replace(run.config, limit=evaluation.limit)
-        records[name] = TaskRecord(
+        records[name] = with_sample_error(TaskRecord(
             name=name, kind=run.task.kind, config=config, num_instances=len(run.instances),
             primary_metric=config.primary_metric,
             metrics={k: MetricSummary(finite(s.mean), finite(s.stderr)) for k, s in scored.metrics.items()},
             processing_time=model_seconds + time.perf_counter() - t0, warnings=tuple(run.warnings),
             generation=scored.generation, perplexity=scored.perplexity,
-            records=tuple(scored.records), sidecar=tuple(scored.sidecar))
+            records=tuple(scored.records), sidecar=tuple(scored.sidecar)))
         primary[name] = scored.metrics[config.primary_metric]
     return ScoredPlan(records, primary)
+
+
+def with_sample_error(task: TaskRecord) -> TaskRecord:
+    """pass@1 over n samples per question: beside its error over questions (a question's
+    samples are one cluster) the naive one, as if every sample were independent."""
+    error = task_error(task) if per_sample(task) else None
+    if error is None:
+        return task
+    primary = replace(task.metrics[task.primary_metric], stderr_naive=finite(error.stderr_naive))
+    return replace(task, metrics={**task.metrics, task.primary_metric: primary})
 
 
 def primary_scores(evaluation: Plan, scored: ScoredPlan) -> dict[str, SpecScore]:

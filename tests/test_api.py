@@ -101,7 +101,7 @@ def test_the_tokenizer_saved_beside_the_weights_is_found(tiny, data_dir, cache_d
 
 def test_write_and_read_run_round_trip_every_record_type(tiny, data_dir, cache_dir, tmp_path):
     result = proctor.evaluate(str(tiny), tasks=[MC, "gsm8k::olmes", "c4_en::bpb"], limit=2, data_dir=data_dir,
-                              progress=False, max_length=600)
+                              progress=False, max_length=600, labels={"step": "1000", "run": "a"})
     assert [type(result.tasks[t].records[0]) for t in result.tasks] == [ChoiceRecord, GenerationRecord,
                                                                        PerplexityRecord]
     result.write(tmp_path / "run")
@@ -110,6 +110,7 @@ def test_write_and_read_run_round_trip_every_record_type(tiny, data_dir, cache_d
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["format_version"] == proctor.FORMAT_VERSION
     assert metrics["tasks"][MC]["task_config"]["limit"] == 2           # --limit is recorded
+    assert metrics["run_config"]["labels"] == {"step": "1000", "run": "a"} == back.run_config.labels
     assert [metrics["tasks"][t]["kind"] for t in result.tasks] == ["choice", "generation", "perplexity"]
     with pytest.raises(proctor.UserError, match="overwrite=True"):
         result.write(tmp_path / "run")
@@ -135,6 +136,8 @@ def test_read_run_refuses_other_formats_and_non_runs(tmp_path):
     (dict(tasks=[MC], batch_size=0), "batch_size"),
     (dict(tasks=[MC], backend="llamacpp", model=object()), "loads its model itself"),
     (dict(tasks=[MC], model=3.5), "cannot evaluate a float"),
+    (dict(tasks=[MC], labels={"step=1": "2"}), "labels must map"),
+    (dict(tasks=[MC], labels={"step": 1000}), "labels must map"),
 ])
 def test_mistakes_are_user_errors_before_any_model_loads(call, message, data_dir):
     with pytest.raises(proctor.UserError, match=message):
@@ -174,3 +177,16 @@ def test_the_embedded_smollm2_loaded_by_the_caller_matches_proctor_run(data_dir,
     cli = proctor.read_run(tmp_path / "cli")
     assert [r.to_dict() for r in result.tasks[MC].records] == [r.to_dict() for r in cli.tasks[MC].records]
     assert result.scores == cli.scores
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--label", "step"], "expected KEY=VALUE"),
+    (["--label", "=3"], "expected KEY=VALUE"),
+    (["--label", "step=1", "--label", "step=2"], "given twice"),
+])
+def test_bad_labels_are_one_line(args, message, capsys):
+    from proctor.cli import main
+
+    assert main(["run", "--tasks", MC, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1

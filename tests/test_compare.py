@@ -1,4 +1,6 @@
 import json
+import math
+from dataclasses import replace
 
 import pytest
 
@@ -37,20 +39,112 @@ def runs(tmp_path):
 
 def test_agreement_per_task(runs):
     mc, gen = compare_runs(*runs)
-    assert (mc.task, mc.n, mc.identical) == (MC, 10, 7)
+    assert (mc.task, mc.kind, mc.n, mc.identical) == (MC, "task", 10, 7)
     assert mc.max_abs_delta_sum_logits == pytest.approx(0.225)
-    assert (mc.score_a, mc.score_b) == (0.6, 0.5)
-    assert (mc.a_only_correct, mc.b_only_correct, mc.test) == (2, 1, "mcnemar_exact")
+    assert (mc.a_score, mc.b_score, mc.diff) == (0.6, 0.5, pytest.approx(-0.1))
+    assert (mc.a_only, mc.b_only, mc.test) == (2, 1, "mcnemar_exact")
     assert mc.p_value == pytest.approx(1.0)   # 2 vs 1 discordant pairs: no evidence
     assert (gen.n, gen.only_b, gen.identical, gen.max_abs_delta_sum_logits) == (4, 1, 3, None)
-    assert gen.score_a == gen.score_b == 0.75 and gen.p_value == 1.0
+    assert gen.a_score == gen.b_score == 0.75 and gen.p_value == 1.0 and gen.diff == 0
+
+
+def test_the_paired_statistics_of_a_task(runs):
+    """d = B − A per document is -1 twice, +1 once, 0 seven times: its mean, its standard error
+    sqrt(var(d) / n), the interval, the MDE, and Holm over the two tasks, by hand."""
+    mc, gen = compare_runs(*runs)
+    d = [-1, -1, 1] + [0] * 7
+    mean = sum(d) / 10
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / 9 / 10)
+    assert mc.stderr == pytest.approx(se)
+    assert mc.diff_ci95 == pytest.approx((mean - 1.959964 * se, mean + 1.959964 * se))
+    assert mc.mde80 == pytest.approx((1.959964 + 0.841621) * se)
+    lo, hi = mc.diff_ci95_bootstrap
+    assert -0.5 <= lo < mean < hi <= 0.3
+    assert mc.clusters == 10 and mc.cluster_by is None
+    assert mc.p_holm == pytest.approx(1.0) and gen.p_holm == pytest.approx(1.0)
+
+
+def test_json_has_the_documented_keys(runs, tmp_path):
+    out = tmp_path / "comparison.json"
+    assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert (doc["run_a"], doc["bootstrap_replicates"], doc["bootstrap_seed"]) == (str(runs[0]), 10_000, 0)
+    row = doc["comparisons"][0]
+    for key in ("n", "a_score", "b_score", "diff", "diff_ci95", "p_value", "p_holm", "mde80"):
+        assert key in row
+    assert len(row["diff_ci95"]) == 2 and row["diff_ci95"][0] < row["diff"] < row["diff_ci95"][1]
 
 
 def test_cli_prints_and_writes_json(runs, tmp_path, capsys):
     out = tmp_path / "agreement.json"
     assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(out)]) == 0
-    assert "mmlu_astronomy:mc::olmes" in capsys.readouterr().out
-    assert [row["identical"] for row in json.loads(out.read_text())] == [7, 3]
+    printed = capsys.readouterr().out
+    assert "mmlu_astronomy:mc::olmes" in printed and "MDE80" in printed
+    assert [row["identical"] for row in json.loads(out.read_text())["comparisons"]] == [7, 3]
+
+
+STEM = "mmlu_stem:mc::olmes"
+
+
+def _stem_run(path, right: dict[str, int], per_subject: int = 4):
+    """A run of the STEM suite: in subject s the first right[s] documents are right."""
+    from proctor.outputs.records import SpecScore
+    from proctor.tasks.registry import leaf_specs
+
+    tasks = [task_record(spec, [choice_record(spec, i, 0 if i < right.get(spec, 0) else 1, [-1.0, -2.0])
+                                for i in range(per_subject)], "choice") for spec in leaf_specs(STEM)]
+    run = run_record(*tasks)
+    scores = {**run.primary_scores, STEM: SpecScore("acc_raw", 0.5, None, 4 * len(tasks), aggregation="macro",
+                                                    num_tasks=len(tasks), is_suite=True)}
+    replace(run, primary_scores=scores).write(path)
+    return leaf_specs(STEM)
+
+
+def test_a_macro_suite_weighs_its_tasks_equally(tmp_path):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    leaves = _stem_run(a_dir, {})
+    _stem_run(b_dir, {leaves[0]: 4, leaves[1]: 2})   # B: one subject all right, one half right
+    rows = {r.task: r for r in compare_runs(a_dir, b_dir)}
+    suite = rows[STEM]
+    assert suite.kind == "suite" and suite.n == 4 * len(leaves)
+    assert suite.diff == pytest.approx((1.0 + 0.5) / len(leaves))      # macro: mean of the task differences
+    # each task's variance of its mean difference, combined with weights 1/T
+    se_0, se_1 = 0.0, math.sqrt(sum((x - 0.5) ** 2 for x in (1, 1, 0, 0)) / 3 / 4)
+    assert suite.stderr == pytest.approx(math.sqrt(se_0 ** 2 + se_1 ** 2) / len(leaves))
+    assert suite.test == "wald_clustered" and suite.p_holm == pytest.approx(suite.p_value)  # one suite
+    assert [r.kind for r in rows.values()].count("task") == len(leaves)
+
+
+def test_clustering_by_subject_widens_the_interval(tmp_path):
+    """Two subjects, each all right or all wrong together in B: 2 clusters, not 8 documents."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    leaves = _stem_run(a_dir, {})
+    _stem_run(b_dir, {leaves[0]: 4, leaves[1]: 4})
+    plain = {r.task: r for r in compare_runs(a_dir, b_dir)}[STEM]
+    by_subject = {r.task: r for r in compare_runs(a_dir, b_dir, cluster_by="subject")}[STEM]
+    assert by_subject.cluster_by == "subject" and by_subject.diff == pytest.approx(plain.diff)
+    assert by_subject.clusters == len(leaves) < plain.clusters == 4 * len(leaves)
+
+
+def test_n_samples_of_a_question_are_one_paired_unit(tmp_path):
+    """GSM8K n=8: the paired unit is the question (its pass@1), never the sample."""
+    from proctor.outputs.records import GenerationRecord, SampleOutput
+
+    spec = "gsm8k::olmo3:n8:v2"
+
+    def record(i: int, right: int) -> GenerationRecord:
+        samples = tuple(SampleOutput("x", 1, "stop", {"extracted": "4", "correct": k < right}) for k in range(8))
+        return GenerationRecord(f"{spec}#{i}", i, i, {"pass_at_1": right / 8}, samples, "4")
+
+    run_record(task_record(spec, [record(i, 0) for i in range(6)], "generation")).write(tmp_path / "a")
+    right_b = [8, 8, 4, 0, 0, 0]
+    run_record(task_record(spec, [record(i, r) for i, r in enumerate(right_b)], "generation")).write(tmp_path / "b")
+    (row,) = compare_runs(tmp_path / "a", tmp_path / "b")
+    d = [r / 8 for r in right_b]
+    mean = sum(d) / 6
+    assert (row.n, row.clusters, row.diff) == (6, 6, pytest.approx(mean))
+    assert row.stderr == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in d) / 5 / 6))  # 6 questions, not 48 samples
+    assert row.a_only is None and row.test == "wald_clustered"
 
 
 def test_not_a_run_directory(tmp_path, runs, capsys):

@@ -96,9 +96,12 @@ def test_n8_sigkill_then_rerun_is_byte_identical(tiny_dir, data_dir, tmp_path):
     done_before = kill_when_stored(victim, cache, "generation", 1)
     assert 1 <= done_before < 3 and not out.exists()
 
-    finish(start_run(n8_args(tiny_dir, data_dir, out), cache, OMP_NUM_THREADS="1"))
+    # the resumed run and an uninterrupted one side by side: one thread each, one core each
+    resumed = start_run(n8_args(tiny_dir, data_dir, out), cache, OMP_NUM_THREADS="1")
     fresh_out = tmp_path / "fresh"
-    finish(start_run(n8_args(tiny_dir, data_dir, fresh_out), tmp_path / "fresh-cache", OMP_NUM_THREADS="1"))
+    fresh = start_run(n8_args(tiny_dir, data_dir, fresh_out), tmp_path / "fresh-cache", OMP_NUM_THREADS="1")
+    finish(resumed)
+    finish(fresh)
     assert outputs(out) == outputs(fresh_out)
 
     metrics = json.loads((out / "metrics.json").read_text())

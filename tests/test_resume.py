@@ -24,9 +24,12 @@ def test_sigkill_then_rerun_is_byte_identical(data_dir, tmp_path):
     assert 0 < done_before_kill < 18 * 12
     assert not out.exists()  # nothing half-written stands at the output path
 
-    finish(start_run(args(model, data_dir, out), cache))
+    # the resumed run and an uninterrupted one side by side, a core each
+    resumed = start_run(args(model, data_dir, out), cache, OMP_NUM_THREADS="1")
     fresh_out = tmp_path / "fresh"
-    finish(start_run(args(model, data_dir, fresh_out), tmp_path / "fresh-cache"))
+    fresh = start_run(args(model, data_dir, fresh_out), tmp_path / "fresh-cache", OMP_NUM_THREADS="1")
+    finish(resumed)
+    finish(fresh)
 
     resumed_files, fresh_files = outputs(out), outputs(fresh_out)
     assert len([n for n in fresh_files if n.endswith("predictions.jsonl")]) == 18

@@ -27,7 +27,8 @@ from proctor.tasks.config import TaskConfig
 #: perplexity tasks their sidecar rows)
 #: 3: chat format — task_config gained `chat` and `system_instruction`, model_config
 #: `olmes_max_length`, `chat_template` and `chat_template_sha256`; requests may hold chats
-FORMAT_VERSION = 3
+#: 4: run_config gained `labels`; a metric's summary `stderr_naive`
+FORMAT_VERSION = 4
 
 JSON = Any                       # a JSON value: None, bool, int, float, str, list, dict
 NativeId = Union[int, str]       # the dataset's own id of a document
@@ -296,7 +297,10 @@ assert tuple(name for name, _ in SIDECAR_COLUMNS) == tuple(f.name for f in field
 @dataclass(frozen=True)
 class MetricSummary:
     mean: Optional[float]
-    stderr: Optional[float]         # None under two documents
+    stderr: Optional[float]         # over documents; None under two documents
+    #: pass@1 of n samples per question: the error if every sample were independent (too small:
+    #: `stderr` counts each question's samples as one cluster); None elsewhere
+    stderr_naive: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -473,6 +477,7 @@ class RunConfig:
     data_dir: Optional[str]
     world_size: int = 1
     include: tuple[str, ...] = ()   # task files and modules loaded with --include
+    labels: Mapping[str, str] = field(default_factory=dict)   # --label KEY=VALUE, e.g. {"step": "1000"}
 
 
 @dataclass(frozen=True)
@@ -534,7 +539,7 @@ class RunRecord:
             "tasks": {name: t.summary() for name, t in self.tasks.items()},
             "model_config": self.model.to_dict(),
             "run_config": {**asdict(self.run_config), "tasks": list(self.run_config.tasks),
-                           "include": list(self.run_config.include)},
+                           "include": list(self.run_config.include), "labels": dict(self.run_config.labels)},
             "versions": dict(self.versions),
             "git": dict(self.git),
             "command": list(self.command),

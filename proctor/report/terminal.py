@@ -25,12 +25,16 @@ def print_results(primary_scores: Mapping[str, SpecScore], tasks: Sequence[TaskR
     """Primary score per requested spec (`RunRecord.primary_scores`), then every task's metrics."""
     console = console or Console()
     scores = {spec: s.to_dict() for spec, s in primary_scores.items()}
+    # pass@1 of n samples: its error counts a question's samples as one cluster; the naive one beside it
+    naive = {t.name: t.metrics[t.primary_metric].stderr_naive for t in tasks
+             if t.metrics[t.primary_metric].stderr_naive is not None}
     headline = Table(title="Primary scores", title_justify="left")
-    for column in ("spec", "metric", "score", "± stderr", "n"):
+    columns = ("spec", "metric", "score", "± stderr", "n") + (("± naive, samples as independent",) if naive else ())
+    for column in columns:
         headline.add_column(column, justify="right" if column != "spec" else "left")
     for spec, s in scores.items():
         for row in _headline_rows(spec, s):
-            headline.add_row(*row)
+            headline.add_row(*row, *((_fmt(naive.get(spec)) if spec in naive else "",) if naive else ()))
     console.print(headline)
 
     if len(tasks) > 1 or any("members" in s for s in scores.values()):
@@ -82,19 +86,35 @@ def print_task_table(rows: Iterable, console: Console | None = None) -> None:
     console.print(table)
 
 
-def print_agreement(agreement: Sequence, run_a: str, run_b: str, console: Console | None = None) -> None:
-    """Per task: identical predictions, max |Δ sum_logits|, both primary scores and the paired test."""
-    console = console or wide_console()
+def _ci(interval: Sequence[float]) -> str:
+    lo, hi = interval
+    return "—" if math.isnan(lo) or math.isnan(hi) else f"[{lo:+.3f}, {hi:+.3f}]"
+
+
+def _p(value: Optional[float]) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.3g}"
+
+
+def print_agreement(comparison: Sequence, run_a: str, run_b: str, console: Console | None = None) -> None:
+    """Per task and suite: agreement (identical predictions, max |Δ sum_logits|) and the paired
+    difference B − A with its interval, p-values and minimum detectable effect."""
+    console = console or Console(width=max(Console().width, 160))
     console.print(f"A = {run_a}\nB = {run_b}", soft_wrap=True)
-    table = Table(title="Per-item agreement", title_justify="left")
-    for column in ("task", "n", "same", "max |Δ|", "metric", "A", "B", "A>B", "B>A", "p"):
+    table = Table(title="Paired comparison, B − A", title_justify="left")
+    for column in ("task", "n", "same", "max |Δ|", "metric", "A", "B", "B − A", "95% CI", "p", "p Holm",
+                   "MDE80"):
         table.add_column(column, justify="left" if column in ("task", "metric") else "right", no_wrap=True)
-    for a in agreement:
-        delta = "—" if a.max_abs_delta_sum_logits is None else f"{a.max_abs_delta_sum_logits:.1e}"
-        table.add_row(a.task, str(a.n), f"{a.identical / a.n:.1%}", delta, a.metric, _fmt(a.score_a),
-                      _fmt(a.score_b), str(a.a_only_correct), str(a.b_only_correct),
-                      "—" if a.p_value is None else f"{a.p_value:.3g}")
+    for i, c in enumerate(comparison):
+        before_suites = c.kind == "task" and i + 1 < len(comparison) and comparison[i + 1].kind == "suite"
+        delta = "—" if c.max_abs_delta_sum_logits is None else f"{c.max_abs_delta_sum_logits:.1e}"
+        table.add_row(c.task, str(c.n), f"{c.identical / c.n:.1%}", delta, c.metric, _fmt(c.a_score),
+                      _fmt(c.b_score), f"{c.diff:+.4f}", _ci(c.diff_ci95), _p(c.p_value), _p(c.p_holm),
+                      _fmt(c.mde80), end_section=before_suites)
     console.print(table)
+    clustered = comparison[0].cluster_by if comparison else None
     console.print("same: identical predictions; max |Δ|: largest |Δ sum_logits| over all choices; "
-                  "A>B / B>A: items right in one run only; p: exact McNemar (0/1 metrics) or paired t-test",
+                  "95% CI: B − A ± 1.96 clustered paired standard errors"
+                  + (f" (documents clustered by {clustered})" if clustered else "")
+                  + "; p: exact McNemar (0/1 metrics) or Wald on the clustered error; p Holm: adjusted across "
+                  "the tasks (suites apart); MDE80: the smallest |B − A| this n detects with 80% power",
                   soft_wrap=True)

@@ -1,0 +1,937 @@
+"""The HTML report of one or more runs: one self-contained file that opens from disk offline.
+
+Python does the arithmetic and writes the tables; the charts are plotly figures serialised
+as JSON and drawn by the plotly.js bundle inlined once; the items of every task travel as
+inlined JSON that a small script (`page.js`) pages through, so a run of 10,000 items
+creates the DOM of 50 at a time. A Content-Security-Policy lets only those two scripts run
+(by their hashes) and forbids every network load.
+
+Sections: the runs' provenance; headline scores with clustered and naive 95% intervals;
+accuracy per subject / reasoning type / benchmark; for two runs the paired comparison and
+the items that flipped; for a series of runs score curves; calibration of choice tasks;
+generation diagnostics; the item browser.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import html
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from proctor.errors import UserError
+from proctor.metrics.clusters import CLUSTER_COLUMNS, sample_correct, task_error
+from proctor.metrics.stats import Z95, ClusteredMean, wilson_interval
+from proctor.outputs.records import (
+    ChoiceRecord, GenerationRecord, PerplexityRecord, QueryMetadata, Record, RunRecord, SampleOutput, SpecScore,
+    TaskRecord,
+)
+from proctor.outputs.run_dir import read_run, task_dir_name
+from proctor.version import VERSION
+
+if TYPE_CHECKING:
+    from proctor.compare import TaskComparison
+
+JSON = Any
+PAGE_SIZE = 50              # items per page in the browser (page.js reads it from the data)
+CALIBRATION_BINS = 10
+GENERATOR = "proctor report"
+NOT_SAVED = "prompt not saved: run with --save-requests"
+FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+RUN_COLORS = qualitative.Plotly               # run i keeps colour i in every chart
+FINISH_COLORS = {"stop": "#2e7d32", "eos": "#1565c0", "length": "#c62828"}
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "typesetMath": False, "showTips": False}
+
+
+# ---- inputs --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """What a document's requests.jsonl says the model was shown."""
+
+    context: Optional[str]                  # None: a request without a text context
+    choices: tuple[str, ...] = ()           # choice tasks: each choice's continuation
+
+
+def _context_text(request: Mapping[str, JSON]) -> Optional[str]:
+    """The prompt as the model saw it: a chat's rendered text where saved, else its messages
+    one after the other; a perplexity document's text."""
+    if isinstance(request.get("rendered_context"), str):
+        return request["rendered_context"]
+    context = request.get("context", request.get("text"))
+    if context is None or isinstance(context, str):
+        return context
+    messages = context.get("messages") if isinstance(context, dict) else None
+    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
+        return "\n\n".join(f"[{m.get('role')}]\n{m.get('content')}" for m in messages)
+    return json.dumps(context, ensure_ascii=False, indent=1)
+
+
+def read_prompts(run_dir: Path, run: RunRecord) -> dict[str, dict[str, Prompt]]:
+    """task -> query_id -> Prompt from each task's requests.jsonl (`--save-requests`); a task
+    without the file (or with one that cannot be read) is left out."""
+    out: dict[str, dict[str, Prompt]] = {}
+    for name in run.tasks:
+        try:
+            lines = (Path(run_dir) / task_dir_name(name) / "requests.jsonl").read_text(encoding="utf-8").splitlines()
+            rows = [json.loads(line) for line in lines if line.strip()]
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            continue
+        contexts: dict[str, Optional[str]] = {}
+        choices: dict[str, dict[int, str]] = {}
+        for row in rows:
+            if not isinstance(row, dict) or row.get("uncond") or not isinstance(row.get("request"), dict):
+                continue
+            query_id, request = str(row.get("query_id")), row["request"]
+            contexts.setdefault(query_id, _context_text(request))
+            if isinstance(request.get("continuation"), str) and isinstance(row.get("idx"), int):
+                choices.setdefault(query_id, {})[row["idx"]] = request["continuation"]
+        out[name] = {q: Prompt(c, tuple(v for _, v in sorted(choices.get(q, {}).items()))) for q, c in contexts.items()}
+    return out
+
+
+# ---- small helpers ---------------------------------------------------------------------------
+
+
+def _num(value: Optional[float]) -> Optional[float]:
+    """A number JSON can hold (no NaN, no infinity)."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _fmt(value: Optional[float], digits: int = 3) -> str:
+    value = _num(value)
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(lo: Optional[float], hi: Optional[float], digits: int = 3) -> str:
+    lo, hi = _num(lo), _num(hi)
+    return "—" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def _ci(mean: Optional[float], stderr: Optional[float]) -> str:
+    mean, stderr = _num(mean), _num(stderr)
+    return "—" if mean is None or stderr is None else _interval(mean - Z95 * stderr, mean + Z95 * stderr)
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _t(text: str) -> str:
+    """Text for a chart: plotly reads tags (<b>, <a href>) and entities in its labels."""
+    return html.escape(text, quote=False)
+
+
+def _cells(values: Iterable[object], cls: str = "num") -> str:
+    return "".join(f'<td class="{cls}">{_e(v)}</td>' for v in values)
+
+
+def _table(table_id: str, head: str, rows: Iterable[str]) -> str:
+    """A table (in a box that scrolls sideways when the table is wider than the page)."""
+    body = "".join(rows)
+    return f'<div class="scroll"><table id="{_e(table_id)}"><thead>{head}</thead><tbody>{body}</tbody></table></div>'
+
+
+def _script_json(value: JSON) -> str:
+    """JSON to inline in <script type="application/json">: ASCII only, with <, > and & as
+    \\u escapes, so that no text inside (`</script>`, `<!--`) can end the element."""
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def run_labels(count: int) -> list[str]:
+    """A, B, C, ... (R27, R28, ... past Z): short names for table columns and legends."""
+    return [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(count)]
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    seen: Counter[str] = Counter()
+    out = []
+    for name in names:
+        seen[name] += 1
+        out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
+    return out
+
+
+def _task_names(runs: Sequence[RunRecord]) -> list[str]:
+    """Every task of every run, in first-seen order."""
+    return list(dict.fromkeys(name for run in runs for name in run.tasks))
+
+
+def _first_task(runs: Sequence[RunRecord], name: str) -> TaskRecord:
+    return next(run.tasks[name] for run in runs if name in run.tasks)
+
+
+def _labels(run: RunRecord) -> Mapping[str, str]:
+    return getattr(run.run_config, "labels", {}) or {}
+
+
+def _clip(text: str, most: int = 60) -> str:
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def _softmax(logits: Sequence[float]) -> list[float]:
+    top = max(logits)
+    weights = [math.exp(v - top) for v in logits]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of the page, listed in its navigation."""
+
+    key: str                # the element's id is `<key>-section`
+    title: str
+    body: str               # HTML
+
+    def html(self) -> str:
+        return f'<section id="{_e(self.key)}-section"><h2>{_e(self.title)}</h2>{self.body}</section>'
+
+
+# ---- charts ----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+@functools.lru_cache(maxsize=None)
+def _page_asset(name: str) -> str:
+    return resources.files("proctor.report").joinpath(name).read_text(encoding="utf-8")
+
+
+def _page_js() -> str:
+    return _page_asset("page.js")
+
+
+def _page_css() -> str:
+    return _page_asset("page.css")
+
+
+@functools.lru_cache(maxsize=1)
+def _template() -> JSON:
+    figure = go.Figure(layout={"template": "plotly_white"})
+    return json.loads(figure.to_json())["layout"]["template"]
+
+
+@dataclass
+class Charts:
+    """The page's plotly figures by name; each is drawn into its `<div class="chart" data-chart=name>`."""
+
+    figures: dict[str, JSON] = field(default_factory=dict)
+
+    def add(self, name: str, figure: go.Figure, caption: str) -> str:
+        figure.update_layout(font={"family": FONT, "size": 12}, margin={"t": 48, "r": 24, "b": 48, "l": 24},
+                             legend={"orientation": "h", "y": -0.15})
+        data = json.loads(figure.to_json())
+        data["layout"].pop("template", None)   # one shared copy (`template` in the page's data)
+        self.figures[name] = data
+        return (f'<figure><div class="chart" data-chart="{_e(name)}"></div>'
+                f'<figcaption>{_e(caption)}</figcaption></figure>')
+
+    def payload(self) -> JSON:
+        return {"figures": self.figures, "template": _template(), "config": PLOTLY_CONFIG}
+
+
+def _error(lo: Sequence[Optional[float]], mid: Sequence[Optional[float]], hi: Sequence[Optional[float]]) -> dict:
+    """Asymmetric error bars from interval bounds (none where a bound is missing)."""
+    plus = [None if h is None or m is None else h - m for h, m in zip(hi, mid)]
+    minus = [None if lo_ is None or m is None else m - lo_ for lo_, m in zip(lo, mid)]
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}
+
+
+def _color(run: int) -> str:
+    return RUN_COLORS[run % len(RUN_COLORS)]
+
+
+def _bar_height(groups: int, runs: int) -> int:
+    return max(260, 110 + groups * (14 * runs + 10))
+
+
+# ---- 1. provenance -----------------------------------------------------------------------------
+
+
+def _provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
+    m, cfg, t = run.model, run.run_config, run.timing
+    commit = run.git.get("commit")
+    dirty = " (uncommitted changes)" if run.git.get("dirty") else ""
+    labels = ", ".join(f"{k}={v}" for k, v in _labels(run).items())
+    others = ", ".join(f"{k} {v}" for k, v in run.versions.items() if k != "proctor" and v)
+    throughput = run.engine.tokens_per_second
+    return [
+        ("run directory", name),
+        ("model", m.model),
+        ("fingerprint", m.fingerprint),
+        ("backend", m.backend),
+        ("dtype", m.dtype),
+        ("device", m.device),
+        ("max length", str(m.max_length)),
+        ("chat template", m.chat_template or "—"),
+        ("specs", ", ".join(cfg.tasks)),
+        ("labels", labels or "—"),
+        ("limit", "—" if cfg.limit is None else str(cfg.limit)),
+        ("seed", str(m.seed)),
+        ("batch size", str(m.batch_size)),
+        ("world size", str(cfg.world_size)),
+        ("proctor", run.versions.get("proctor") or "—"),
+        ("git commit", f"{commit or '—'}{dirty}"),
+        ("libraries", others or "—"),
+        ("command", " ".join(run.command) or "(Python API)"),
+        ("started", t.started),
+        ("total time", f"{t.total_seconds:.1f} s (model load {t.model_load_seconds:.1f} s, "
+                       f"evaluation {t.evaluation_seconds:.1f} s)"),
+        ("throughput", "—" if throughput is None else f"{throughput:,.0f} tokens/s"),
+        ("warnings", str(len(run.warnings))),
+    ]
+
+
+def _provenance(runs: Sequence[RunRecord], names: Sequence[str], labels: Sequence[str]) -> Section:
+    columns = [_provenance_rows(run, name) for run, name in zip(runs, names)]
+    head = "<tr><th></th>" + "".join(f"<th>{_e(label)}</th>" for label in labels) + "</tr>"
+    rows = [f"<tr><th>{_e(key)}</th>" + _cells((col[i][1] for col in columns), "wrap") + "</tr>"
+            for i, (key, _) in enumerate(columns[0])]
+    warnings = "".join(
+        f"<details><summary>{_e(label)}: {len(run.warnings)} warning(s)</summary><ul>"
+        + "".join(f"<li>{_e(w)}</li>" for w in run.warnings) + "</ul></details>"
+        for run, label in zip(runs, labels) if run.warnings)
+    return Section("runs", "Runs", _table("provenance", head, rows) + warnings)
+
+
+# ---- 2. headline scores ------------------------------------------------------------------------
+
+
+def _metric_name(score: SpecScore) -> str:
+    return f"{score.aggregation}({score.metric})" if score.aggregation else score.metric
+
+
+def _spec_cells(score: Optional[SpecScore]) -> str:
+    if score is None:
+        return _cells(("—", "—", "—"))
+    return _cells((_fmt(score.score), _ci(score.score, score.stderr), score.num_instances))
+
+
+def _spec_rows(runs: Sequence[RunRecord]) -> list[str]:
+    specs = list(dict.fromkeys(spec for run in runs for spec in run.primary_scores))
+    rows = []
+    for spec in specs:
+        scores = [run.primary_scores.get(spec) for run in runs]
+        first = next(s for s in scores if s is not None)
+        rows.append(f'<tr class="spec"><td>{_e(spec)}</td><td>{_e(_metric_name(first))}</td>'
+                    + "".join(_spec_cells(s) for s in scores) + "</tr>")
+        for member in first.members:
+            parts = [None if s is None else s.members.get(member) for s in scores]
+            shown = next(p for p in parts if p is not None)
+            rows.append(f'<tr class="member"><td>{_e(member)}</td><td>{_e(_metric_name(shown))}</td>'
+                        + "".join(_spec_cells(p) for p in parts) + "</tr>")
+    return rows
+
+
+def _group_head(first: Sequence[str], labels: Sequence[str], columns: Sequence[str]) -> str:
+    """Two header rows: the fixed columns, then one group of `columns` per run."""
+    span = len(columns)
+    top = ("<tr>" + "".join(f'<th rowspan="2">{_e(c)}</th>' for c in first)
+           + "".join(f'<th colspan="{span}" class="group">{_e(label)}</th>' for label in labels) + "</tr>")
+    return top + "<tr>" + "".join(f'<th class="num">{_e(c)}</th>' for c in columns) * len(labels) + "</tr>"
+
+
+ErrorTable = dict[tuple[int, str], Optional[ClusteredMean]]
+
+
+def _errors(runs: Sequence[RunRecord], cluster_by: Optional[str]) -> ErrorTable:
+    return {(i, name): task_error(task, cluster_by) for i, run in enumerate(runs) for name, task in run.tasks.items()}
+
+
+def _task_cells(task: Optional[TaskRecord], err: Optional[ClusteredMean]) -> str:
+    if task is None:
+        return _cells(("—",) * 4)
+    if err is None:   # a corpus metric: the score only
+        return _cells((_fmt(task.primary_score, 4), "—", "—", task.num_instances))
+    n = str(err.n) if err.clusters == err.n else f"{err.n} / {err.clusters}"
+    return _cells((_fmt(err.mean), _ci(err.mean, err.stderr_clustered), _ci(err.mean, err.stderr_naive), n))
+
+
+def _task_rows(runs: Sequence[RunRecord], errors: ErrorTable) -> list[str]:
+    rows = []
+    for name in _task_names(runs):
+        first = _first_task(runs, name)
+        cells = "".join(_task_cells(run.tasks.get(name), errors.get((i, name))) for i, run in enumerate(runs))
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(first.kind)}</td><td>{_e(first.primary_metric)}</td>{cells}</tr>")
+    return rows
+
+
+def _scores_chart(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable, charts: Charts) -> str:
+    names = [n for n in _task_names(runs) if any(errors.get((i, n)) for i in range(len(runs)))]
+    if not names:
+        return ""
+    fig = go.Figure()
+    for i, label in enumerate(labels):
+        errs = [errors.get((i, n)) for n in names]
+        means = [None if e is None else _num(e.mean) for e in errs]
+        half = [None if e is None else _num(Z95 * e.stderr_clustered) for e in errs]
+        fig.add_trace(go.Scatter(x=means, y=[_t(n) for n in names], mode="markers", name=label, orientation="h", marker_color=_color(i),
+                                 error_x={"type": "data", "array": half},
+                                 hovertemplate="%{y}<br>%{x:.3f}<extra>" + label + "</extra>"))
+    fig.update_layout(title="Primary score per task, clustered 95% interval", scattermode="group",
+                      height=_bar_height(len(names), 1), yaxis={"autorange": "reversed", "automargin": True})
+    return charts.add("scores", fig, "Each task's primary metric with ± 1.96 clustered standard errors.")
+
+
+def _headline(runs: Sequence[RunRecord], labels: Sequence[str], legend: Sequence[str], errors: ErrorTable,
+              cluster_by: Optional[str], charts: Charts) -> Section:
+    specs = _table("specs", _group_head(("spec", "metric"), labels, ("score", "95% CI", "n")), _spec_rows(runs))
+    tasks = _table("tasks", _group_head(("task", "kind", "metric"), labels,
+                                        ("score", "95% CI clustered", "95% CI naive", "n")), _task_rows(runs, errors))
+    grouping = f", and documents sharing a {cluster_by} are one cluster" if cluster_by else ""
+    note = (f'<p class="note">Requested specs: the headline score with ± 1.96 of its recorded standard error. '
+            f"Tasks: the primary metric's mean with two 95% intervals: clustered (the samples of one "
+            f"question are one cluster{_e(grouping)}) and naive (every unit independent); n: units scored "
+            f"(units / clusters where they differ).</p>")
+    return Section("scores", "Scores", specs + tasks + note + _scores_chart(runs, legend, errors, charts))
+
+
+# ---- 3. breakdowns ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupAccuracy:
+    group: str
+    correct: int
+    n: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n
+
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+
+def task_family(task: TaskRecord) -> str:
+    """The tasks whose items compare side by side: the benchmark's root and the spec's format,
+    e.g. every `mmlu_<subject>:mc::olmes` is `mmlu:mc::olmes`, every `bbh_<task>:cot::tulu` `bbh:cot::tulu`."""
+    root = task.config.benchmark.split("_")[0]
+    return root + (task.name[task.name.index(":"):] if ":" in task.name else "")
+
+
+def breakdown_column(rows: Sequence[QueryMetadata]) -> Optional[str]:
+    """The first sidecar column with more than one value among `rows`, else `task` where the
+    rows come from several tasks; None: nothing to break down."""
+    for column in ("subject", "reasoning_type", "benchmark", "task"):
+        if len({getattr(r, column) for r in rows if getattr(r, column) is not None}) > 1:
+            return column
+    return None
+
+
+def group_accuracies(rows: Iterable[QueryMetadata], column: str) -> dict[str, GroupAccuracy]:
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        key = getattr(row, column)
+        if row.is_correct is None or key is None:
+            continue
+        tally = counts.setdefault(str(key), [0, 0])
+        tally[0] += int(row.is_correct)
+        tally[1] += 1
+    return {k: GroupAccuracy(k, c, n) for k, (c, n) in sorted(counts.items())}
+
+
+def _families(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name in _task_names(runs):
+        task = _first_task(runs, name)
+        if task.kind != "perplexity":
+            out.setdefault(task_family(task), []).append(name)
+    return out
+
+
+def _breakdown_chart(family: str, column: str, per_run: Sequence[Mapping[str, GroupAccuracy]],
+                     labels: Sequence[str], charts: Charts) -> str:
+    groups = sorted({g for counts in per_run for g in counts})
+    fig = go.Figure()
+    for i, (label, counts) in enumerate(zip(labels, per_run)):
+        found = [counts.get(g) for g in groups]
+        acc = [None if a is None else a.accuracy for a in found]
+        bounds = [(None, None) if a is None else a.interval() for a in found]
+        fig.add_trace(go.Bar(
+            x=acc, y=[_t(g) for g in groups], orientation="h", name=label, marker_color=_color(i),
+            error_x=_error([b[0] for b in bounds], acc, [b[1] for b in bounds]),
+            customdata=[[0, 0] if a is None else [a.correct, a.n] for a in found],
+            hovertemplate="%{y}: %{x:.3f} (%{customdata[0]} of %{customdata[1]})<extra>" + label + "</extra>"))
+    fig.update_layout(title=f"{_t(family)}: accuracy per {column.replace('_', ' ')}", barmode="group",
+                      height=_bar_height(len(groups), len(per_run)),
+                      xaxis={"range": [0, 1], "title": "accuracy (95% Wilson interval)"},
+                      yaxis={"autorange": "reversed", "automargin": True})
+    return charts.add(f"breakdown:{family}", fig,
+                      f"Share of {family} items right by the primary metric, per {column} (sidecar), "
+                      "with 95% Wilson intervals.")
+
+
+def _breakdowns(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts) -> Optional[Section]:
+    parts = []
+    for family, names in _families(runs).items():
+        rows_per_run = [[row for n in names if n in run.tasks for row in run.tasks[n].sidecar] for run in runs]
+        column = breakdown_column([row for rows in rows_per_run for row in rows])
+        if column is None:
+            continue
+        per_run = [group_accuracies(rows, column) for rows in rows_per_run]
+        parts.append(_breakdown_chart(family, column, per_run, labels, charts))
+    return Section("breakdown", "Breakdowns", "".join(parts)) if parts else None
+
+
+# ---- 4. two runs: the paired comparison and the flipped items -------------------------------------
+
+
+def _paired_rows(rows: Sequence[Mapping[str, JSON]]) -> list[str]:
+    out = []
+    for r in rows:
+        same = f"{r['identical'] / r['n']:.1%}" if r["n"] else "—"
+        values = (r["n"], same, _fmt(r["a_score"]), _fmt(r["b_score"]), f"{r['diff']:+.4f}",
+                  _interval(r["diff_ci95"][0], r["diff_ci95"][1], 4),
+                  _interval(r["diff_ci95_bootstrap"][0], r["diff_ci95_bootstrap"][1], 4), r["test"],
+                  _fmt(r["p_value"], 4), _fmt(r["p_holm"], 4), _fmt(r["mde80"], 4),
+                  "—" if r["a_only"] is None else r["a_only"], "—" if r["b_only"] is None else r["b_only"],
+                  r["clusters"])
+        out.append(f'<tr class="{_e(r["kind"])}"><td>{_e(r["task"])}</td><td>{_e(r["kind"])}</td>'
+                   f'<td>{_e(r["metric"])}</td>{_cells(values)}</tr>')
+    return out
+
+
+def _forest(rows: Sequence[Mapping[str, JSON]], charts: Charts) -> str:
+    names = [_t(("suite: " if r["kind"] == "suite" else "") + r["task"]) for r in rows]
+    diffs = [_num(r["diff"]) for r in rows]
+    fig = go.Figure()
+    for key, title in (("diff_ci95", "95% CI (clustered, analytic)"), ("diff_ci95_bootstrap", "95% CI (bootstrap)")):
+        lo, hi = [_num(r[key][0]) for r in rows], [_num(r[key][1]) for r in rows]
+        fig.add_trace(go.Scatter(x=diffs, y=names, mode="markers", name=title, orientation="h", error_x=_error(lo, diffs, hi),
+                                 hovertemplate="%{y}: %{x:+.4f}<extra>" + title + "</extra>"))
+    fig.add_vline(x=0, line_dash="dash", line_color="#888")
+    fig.update_layout(title="B − A per task and suite", scattermode="group", height=_bar_height(len(rows), 2),
+                      xaxis={"title": "B − A", "zeroline": False}, yaxis={"autorange": "reversed", "automargin": True})
+    return charts.add("paired", fig, "Paired difference of the primary metric (B − A) with its analytic "
+                      "(clustered standard error) and its paired-bootstrap 95% interval; dashed: no difference.")
+
+
+def _paired(comparison: Optional[Sequence["TaskComparison"]], names: Sequence[str], charts: Charts) -> Section:
+    who = f'<p class="note">A = {_e(names[0])}<br>B = {_e(names[1])}</p>'
+    if not comparison:
+        return Section("paired", "Paired comparison", who + '<p class="note">No paired comparison: the two runs '
+                        "share no task with documents scored in both.</p>")
+    rows = [c.to_dict() for c in comparison]
+    columns = ("task", "kind", "metric", "n", "same", "A", "B", "B − A", "95% CI", "bootstrap 95% CI", "test",
+               "p", "p Holm", "MDE80", "A only", "B only", "clusters")
+    head = "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
+    by = rows[0].get("cluster_by")
+    note = ('<p class="note">same: identical predictions; A only / B only: documents right in one run only '
+            "(0/1 metrics); p: exact McNemar (0/1 metrics, no clusters) or Wald on the clustered error; p Holm: "
+            "adjusted across the tasks (suites apart); MDE80: the smallest |B − A| this n detects with 80% "
+            "power" + (f"; documents clustered by {_e(by)}" if by else "") + ".</p>")
+    return Section("paired", "Paired comparison", who + _table("paired", head, _paired_rows(rows)) + note
+                    + _forest(rows, charts))
+
+
+def _item_list(list_id: str, labels: Sequence[str], *, flipped_toggle: bool) -> str:
+    """The controls and the empty table that page.js fills (see `renderList` there)."""
+    toggle = ('<label><input type="checkbox" data-role="flipped"> flipped only</label>' if flipped_toggle else "")
+    head = ("<tr><th>task</th><th>item</th><th>gold</th>"
+            + "".join(f"<th>{_e(label)}</th>" for label in labels) + "</tr>")
+    return (f'<div class="item-list" data-source="{"flips" if list_id == "flips" else "items"}">'
+            '<div class="controls"><select data-role="task" aria-label="task"></select>'
+            '<input type="search" data-role="filter" placeholder="filter: any text of the item" aria-label="filter">'
+            f'{toggle}</div>{_table(list_id, head, ())}'
+            '<div class="pager"><button type="button" data-role="prev">← previous</button>'
+            '<span data-role="page"></span><button type="button" data-role="next">next →</button></div></div>')
+
+
+def _flips(count: int, labels: Sequence[str]) -> Section:
+    intro = (f'<p class="note">{count} item(s) whose primary metric differs between A and B; click one to open '
+             "its prompt, its choices with both runs' log-probabilities (or its samples), and the gold.</p>")
+    return Section("flips", "Flipped items", intro + (_item_list("flips", labels, flipped_toggle=False) if count else ""))
+
+
+# ---- 5. score curves ------------------------------------------------------------------------------
+
+
+def _step(run: RunRecord) -> Optional[float]:
+    try:
+        value = float(_labels(run)["step"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _curves(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable, charts: Charts) -> Optional[Section]:
+    steps = [_step(run) for run in runs]
+    by_step = all(s is not None for s in steps)
+    if len(runs) < 3 and not (len(runs) == 2 and by_step):
+        return None
+    order = sorted(range(len(runs)), key=lambda i: steps[i] or 0.0) if by_step else list(range(len(runs)))
+    x: list[Union[str, float, None]] = [steps[i] for i in order] if by_step else [labels[i] for i in order]
+    fig = go.Figure()
+    for name in _task_names(runs):
+        errs = [errors.get((i, name)) for i in order]
+        if not any(errs):
+            continue
+        fig.add_trace(go.Scatter(
+            x=x, y=[None if e is None else _num(e.mean) for e in errs], mode="lines+markers", name=_t(name),
+            error_y={"type": "data", "array": [None if e is None else _num(Z95 * e.stderr_clustered) for e in errs]}))
+    if not fig.data:
+        return None
+    fig.update_layout(title="Primary score per task across the runs", height=460,
+                      xaxis={"title": "step" if by_step else "run", "type": "linear" if by_step else "category"},
+                      yaxis={"title": "score (clustered 95% interval)"})
+    how = "ordered by their `step` label" if by_step else "in the order given"
+    return Section("curves", "Score curves", charts.add(
+        "curves", fig, f"Each task's primary metric across the runs ({how}), ± 1.96 clustered standard errors."))
+
+
+# ---- 6. calibration ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    confidence: float       # the bin's mean confidence
+    correct: int
+    n: int
+
+
+def confidences(task: TaskRecord) -> list[tuple[float, bool]]:
+    """Per choice document: the model's probability of its most likely choice (the softmax of
+    the choices' summed log-probabilities) and whether that choice is the gold one (acc_raw).
+
+    The raw pick rather than the primary metric's: a per-character pick (RC specs) may be a
+    choice the model finds unlikely, and its softmax probability says nothing of its confidence."""
+    out = []
+    for record in task.records:
+        if isinstance(record, ChoiceRecord) and len(record.model_output) > 1:
+            probs = _softmax(record.sum_logits())
+            best = max(range(len(probs)), key=probs.__getitem__)
+            out.append((probs[best], best == record.label))
+    return out
+
+
+def reliability(points: Sequence[tuple[float, bool]], bins: int = CALIBRATION_BINS) -> tuple[list[ReliabilityBin], float]:
+    """Equal-width confidence bins (the non-empty ones) and the expected calibration error."""
+    sums = [0.0] * bins
+    correct, counts = [0] * bins, [0] * bins
+    for p, right in points:
+        b = min(int(p * bins), bins - 1)
+        sums[b] += p
+        correct[b] += right
+        counts[b] += 1
+    found = [ReliabilityBin(sums[b] / counts[b], correct[b], counts[b]) for b in range(bins) if counts[b]]
+    total = sum(counts)
+    ece = sum(abs(r.correct / r.n - r.confidence) * r.n for r in found) / total if total else math.nan
+    return found, ece
+
+
+def _calibration(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts) -> Optional[Section]:
+    names = [n for n in _task_names(runs) if _first_task(runs, n).kind == "choice"]
+    per_task = {n: [confidences(run.tasks[n]) if n in run.tasks else [] for run in runs] for n in names}
+    per_task = {n: points for n, points in per_task.items() if any(points)}
+    if not per_task:
+        return None
+    options: dict[str, list[list[tuple[float, bool]]]] = {}
+    if len(per_task) > 1:
+        options["all choice tasks"] = [[p for pts in per_task.values() for p in pts[i]] for i in range(len(runs))]
+    options.update(per_task)
+    fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
+                               line={"dash": "dash", "color": "#888"}, hoverinfo="skip"))
+    titles, masks = [], []
+    for k, (option, points) in enumerate(options.items()):
+        eces = []
+        for i, (label, pts) in enumerate(zip(labels, points)):
+            found, ece = reliability(pts)
+            eces.append(f"{label} {_fmt(ece)}")
+            acc = [r.correct / r.n for r in found]
+            bounds = [wilson_interval(r.correct, r.n) for r in found]
+            fig.add_trace(go.Scatter(
+                x=[r.confidence for r in found], y=acc, mode="lines+markers", name=label, visible=k == 0,
+                marker_color=_color(i), line_color=_color(i),
+                error_y=_error([b[0] for b in bounds], acc, [b[1] for b in bounds]),
+                customdata=[[r.correct, r.n] for r in found],
+                hovertemplate="confidence %{x:.2f}: %{y:.3f} right (%{customdata[0]} of %{customdata[1]})"
+                              "<extra>" + label + "</extra>"))
+        titles.append(f"Calibration: {_t(option)} (ECE {', '.join(eces)})")
+        masks.append([k] * len(labels))
+    flat = [k for mask in masks for k in mask]
+    buttons = [{"label": _t(option), "method": "update",
+                "args": [{"visible": [True] + [k == i for k in flat]}, {"title.text": titles[i]}]}
+               for i, option in enumerate(options)]
+    fig.update_layout(title=titles[0], height=480, xaxis={"range": [0, 1], "title": "probability of the most likely choice"},
+                      yaxis={"range": [0, 1.02], "title": "share right (95% Wilson interval)"},
+                      updatemenus=[{"buttons": buttons, "x": 1, "xanchor": "right", "y": 1.12}] if len(options) > 1
+                      else [])
+    return Section("calibration", "Calibration", charts.add(
+        "calibration", fig, f"Reliability of choice tasks: the model's probability of its most likely choice "
+        f"(softmax over the choices' summed log-probabilities) in {CALIBRATION_BINS} equal-width bins, against "
+        "the share of those choices that are right (acc_raw, whatever the task's primary metric); ECE: the "
+        "expected calibration error. Choose a task in the menu."))
+
+
+# ---- 7. generation diagnostics ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationCounts:
+    samples: int
+    finish: Mapping[str, int]           # finish reason -> samples
+    extracts: bool                      # whether the task reads an answer out of its samples
+    extraction_failed: int              # samples without an answer extracted
+    failed_at_length: int               # ... of them cut off at max_gen_toks
+    outcomes: Mapping[str, int]         # sandbox outcome -> samples (HumanEval)
+
+
+def generation_counts(task: TaskRecord) -> GenerationCounts:
+    samples = [s for r in task.records if isinstance(r, GenerationRecord) for s in r.model_output]
+    extracts = any("extracted" in s.details for s in samples)
+    failed = [s for s in samples if extracts and s.details.get("extracted") in (None, "")]
+    return GenerationCounts(
+        samples=len(samples), finish=Counter(s.finish_reason for s in samples), extracts=extracts,
+        extraction_failed=len(failed), failed_at_length=sum(s.finish_reason == "length" for s in failed),
+        outcomes=Counter(str(s.details["outcome"]) for s in samples if "outcome" in s.details))
+
+
+def _generation(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts) -> Optional[Section]:
+    names = [n for n in _task_names(runs) if _first_task(runs, n).kind == "generation"]
+    if not names:
+        return None
+    found = [(n, label, generation_counts(run.tasks[n])) for n in names for run, label in zip(runs, labels)
+             if n in run.tasks]
+    reasons = sorted({r for *_, c in found for r in c.finish} | {"stop", "eos", "length"},
+                     key=lambda r: (["stop", "eos", "length"] + [r]).index(r))
+    columns = ("task", "run", "samples", *reasons, "extraction failed", "of them cut at length", "sandbox outcomes")
+    rows = []
+    for name, label, c in found:
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(c.outcomes.items())) or "—"
+        failed = (c.extraction_failed, c.failed_at_length) if c.extracts else ("—", "—")
+        rows.append(f"<tr><td>{_e(name)}</td><td>{_e(label)}</td>"
+                    + _cells((c.samples, *(c.finish.get(r, 0) for r in reasons), *failed)) + _cells((outcomes,), "")
+                    + "</tr>")
+    head = "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
+    fig = go.Figure()
+    x = [[_t(n) for n, _, _ in found], [label for _, label, _ in found]]
+    for reason in reasons:
+        fig.add_trace(go.Bar(x=x, y=[c.finish.get(reason, 0) for *_, c in found], name=reason,
+                             marker_color=FINISH_COLORS.get(reason)))
+    fig.update_layout(title="Why generation stopped", barmode="stack", height=420, yaxis={"title": "samples"})
+    chart = charts.add("finish-reasons", fig, "Samples per finish reason: stop (a stop sequence), eos (the "
+                       "end-of-sequence token), length (cut off at max_gen_toks).")
+    return Section("generation", "Generation diagnostics", _table("generation", head, rows) + chart)
+
+
+# ---- 8. the items ---------------------------------------------------------------------------------
+
+
+def shared_prefix(contexts: Sequence[str], least: int = 80) -> str:
+    """The lines every prompt of a task begins with (its instruction and few-shot examples),
+    stored once rather than once per item; "" when shorter than `least` characters."""
+    if len(contexts) < 2:
+        return ""
+    common = os.path.commonprefix(list(contexts))
+    common = common[:common.rfind("\n") + 1]
+    return common if len(common) >= least else ""
+
+
+def _sample_json(sample: SampleOutput) -> dict[str, JSON]:
+    out: dict[str, JSON] = {"text": sample.text, "f": sample.finish_reason, "n": sample.num_tokens}
+    if "extracted" in sample.details:
+        out["e"] = sample.details["extracted"]
+    if "outcome" in sample.details:
+        out["oc"] = str(sample.details["outcome"])
+    right = sample_correct(sample)
+    if right is not None:
+        out["ok"] = bool(right)
+    return out
+
+
+def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetadata]) -> Optional[dict[str, JSON]]:
+    """One run's view of an item: its score `s`, the answer shown in the row `a`, and what its
+    detail needs (choice log-probabilities `lp` and pick `p`, or samples `o`, or totals)."""
+    if record is None:
+        return None
+    score = _num(record.metric_value(metric))
+    if isinstance(record, ChoiceRecord):
+        picked = record.prediction(metric)
+        pick = None if picked is None else int(picked)
+        answer = meta.predicted_answer if meta is not None and meta.predicted_answer is not None else pick
+        return {"s": score, "a": "" if answer is None else str(answer), "p": pick,
+                "lp": [_num(round(v, 4)) for v in record.sum_logits()]}
+    if isinstance(record, GenerationRecord):
+        samples = [_sample_json(s) for s in record.model_output]
+        if len(samples) == 1:
+            first = samples[0]
+            shown = first.get("e") if "e" in first else first["text"].strip().split("\n")[0]
+            answer = "" if shown is None else _clip(str(shown))
+        else:
+            answer = f"{len(samples)} samples"
+        return {"s": score, "a": answer, "o": samples}
+    m = record.metrics
+    return {"s": _num(m.bits_per_byte), "a": f"{m.nll:.1f} nats, {m.num_tokens} tokens", "nll": _num(m.nll),
+            "tok": m.num_tokens, "b": m.num_bytes}
+
+
+def _flipped(records: Sequence[Optional[Record]], metric: str) -> bool:
+    if len(records) != 2 or records[0] is None or records[1] is None or isinstance(records[0], PerplexityRecord):
+        return False
+    return records[0].metric_value(metric) != records[1].metric_value(metric)
+
+
+def _gold(record: Record, meta: Optional[QueryMetadata]) -> tuple[Optional[str], Optional[int]]:
+    if isinstance(record, ChoiceRecord):
+        shown = meta.correct_answer if meta is not None and meta.correct_answer is not None else str(record.label)
+        return shown, record.label
+    if isinstance(record, GenerationRecord):
+        return record.label, None
+    return None, None
+
+
+def item_data(runs: Sequence[RunRecord], prompts: Mapping[str, Mapping[str, Prompt]]) -> dict[str, JSON]:
+    """The browser's data: each task (kind, metric, shared prompt prefix), every item of every
+    task with each run's view of it, and (two runs) the items that flipped."""
+    tasks: list[JSON] = []
+    items: list[JSON] = []
+    flips: list[int] = []
+    for t, name in enumerate(_task_names(runs)):
+        present = [run.tasks.get(name) for run in runs]
+        first = _first_task(runs, name)
+        records = [{r.query_id: r for r in task.records} if task else {} for task in present]
+        meta = [{m.query_id: m for m in task.sidecar} if task else {} for task in present]
+        saved = prompts.get(name, {})
+        ids = list(dict.fromkeys(q for by_id in records for q in by_id))
+        prefix = shared_prefix([p.context for q in ids if (p := saved.get(q)) and p.context is not None])
+        tasks.append({"name": name, "kind": first.kind, "metric": first.primary_metric, "prefix": prefix or None,
+                      "saved": bool(saved)})
+        for q in ids:
+            found = [by_id.get(q) for by_id in records]
+            gold, gold_index = next(_gold(r, m.get(q)) for r, m in zip(found, meta) if r is not None)
+            prompt = saved.get(q)
+            if _flipped(found, first.primary_metric):
+                flips.append(len(items))
+            items.append({
+                "t": t, "q": q, "g": gold, "gi": gold_index,
+                "x": None if prompt is None or prompt.context is None else prompt.context[len(prefix):],
+                "c": list(prompt.choices) if prompt and prompt.choices else None,
+                "r": [_run_entry(r, first.primary_metric, m.get(q)) for r, m in zip(found, meta)]})
+    return {"tasks": tasks, "items": items, "flips": flips if len(runs) == 2 else None, "pageSize": PAGE_SIZE,
+            "notSaved": NOT_SAVED}
+
+
+def _items(labels: Sequence[str], count: int, two: bool) -> Section:
+    intro = (f'<p class="note">{count} item(s). Filter by task or by any text of the item (its prompt, '
+             "answers, samples); click a row to open it.</p>")
+    return Section("items", "Items", intro + _item_list("items", labels, flipped_toggle=two))
+
+
+# ---- the page ------------------------------------------------------------------------------------
+
+
+def _digest(script: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode() + "'"
+
+
+def _page(title: str, sections: Sequence[Section], charts: Charts, data: JSON) -> str:
+    scripts = (_plotly_js(), _page_js())
+    # only these two scripts may run; nothing may be fetched (the page works offline by construction)
+    policy = ("default-src 'none'; script-src " + " ".join(_digest(s) for s in scripts)
+              + "; style-src 'unsafe-inline'; img-src data: blob:; font-src data:")
+    nav = "".join(f'<a href="#{_e(s.key)}-section">{_e(s.title)}</a>' for s in sections)
+    return "".join((
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">',
+        f'<meta name="generator" content="{GENERATOR} {_e(VERSION)}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{_e(title)}</title><style>{_page_css()}</style></head><body>",
+        f"<header><h1>{_e(title)}</h1><nav>{nav}</nav></header><main>", *(s.html() for s in sections), "</main>",
+        f'<script type="application/json" id="report-charts">{_script_json(charts.payload())}</script>',
+        f'<script type="application/json" id="report-data">{_script_json(data)}</script>',
+        *(f"<script>{s}</script>" for s in scripts), "</body></html>\n"))
+
+
+def render_report(runs: Sequence[RunRecord], names: Sequence[str],
+                  comparison: Optional[Sequence["TaskComparison"]] = None, cluster_by: Optional[str] = None, *,
+                  prompts: Optional[Mapping[str, Mapping[str, Prompt]]] = None) -> str:
+    """The report's HTML. `names`: each run's name (its directory); `comparison`: two runs'
+    `proctor.compare.compare_runs`; `prompts`: task -> query_id -> Prompt (`read_prompts`);
+    `cluster_by`: a sidecar column whose groups are clusters in the headline intervals."""
+    if not runs or len(names) != len(runs):
+        raise ValueError(f"need one name per run, got {len(names)} names for {len(runs)} runs")
+    if cluster_by is not None and cluster_by not in CLUSTER_COLUMNS:
+        raise UserError(f"cannot cluster by {cluster_by!r}; choose one of {', '.join(CLUSTER_COLUMNS)}")
+    names = _unique(names)
+    labels = run_labels(len(runs))
+    legend = [_t(f"{label}: {Path(name).name or name}") for label, name in zip(labels, names)]   # charts' run names
+    charts = Charts()
+    errors = _errors(runs, cluster_by)
+    data = item_data(runs, prompts or {})
+    two = len(runs) == 2
+    sections: list[Optional[Section]] = [
+        _provenance(runs, names, labels),
+        _headline(runs, labels, legend, errors, cluster_by, charts),
+        _breakdowns(runs, legend, charts),
+        _paired(comparison, names, charts) if two else None,
+        _flips(len(data["flips"]), labels) if two else None,
+        _curves(runs, legend, errors, charts),
+        _calibration(runs, legend, charts),
+        _generation(runs, labels, charts),
+        _items(labels, len(data["items"]), two),
+    ]
+    data["runs"] = labels
+    title = "proctor report: " + (names[0] if len(names) == 1 else f"{len(names)} runs")
+    return _page(title, [s for s in sections if s is not None], charts, data)
+
+
+def _check_output(output: Path, overwrite: bool) -> None:
+    """Refuse, before any work, to replace a file proctor did not write, or (without
+    `overwrite`) a report it did."""
+    from proctor.outputs.owned import check_output_file
+
+    check_output_file(output, option="report")
+    if output.exists() and not overwrite:
+        raise UserError(f"report {output} holds an earlier proctor report; pass --overwrite (overwrite=True) "
+                        "to replace it, or choose a new path")
+
+
+def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path], *, cluster_by: Optional[str] = None,
+                 overwrite: bool = False) -> None:
+    """Write the HTML report of `run_dirs` to `output`, atomically, recording it in its
+    directory's proctor manifest (so that only proctor's own report is ever replaced).
+    Two runs also get the paired comparison; UserError for a run proctor cannot read."""
+    from proctor.outputs.owned import write_owned_file
+
+    if not run_dirs:
+        raise UserError("the report needs at least one run directory")
+    if cluster_by is not None and cluster_by not in CLUSTER_COLUMNS:
+        raise UserError(f"cannot cluster by {cluster_by!r}; choose one of {', '.join(CLUSTER_COLUMNS)}")
+    output = Path(os.path.abspath(output))
+    _check_output(output, overwrite)
+    dirs = [Path(d) for d in run_dirs]
+    runs = [read_run(d) for d in dirs]
+    prompts: dict[str, dict[str, Prompt]] = {}
+    for directory, run in zip(dirs, runs):
+        for task, by_id in read_prompts(directory, run).items():
+            prompts.setdefault(task, by_id)
+    comparison = None
+    if len(runs) == 2:
+        from proctor.compare import compare_runs
+
+        try:
+            comparison = compare_runs(dirs[0], dirs[1], cluster_by)
+        except UserError:   # runs of different specs: the report says there is no paired comparison
+            comparison = None
+    text = render_report(runs, [str(d) for d in run_dirs], comparison, cluster_by, prompts=prompts)
+    write_owned_file(output, text.encode("utf-8", errors="replace"), option="report")

@@ -1,0 +1,57 @@
+"""Which units of a task are clustered: a GSM8K n=8 question's samples, a sidecar column;
+and the naive error recorded beside the clustered one."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from proctor.metrics.aggregate import MeanStat
+from proctor.metrics.clusters import task_error, unit_values
+from proctor.outputs.records import GenerationRecord, SampleOutput
+from proctor.pipeline import with_sample_error
+from run_records import choice_record, task_record
+
+N8 = "gsm8k::olmo3:n8:v2"
+MC = "mmlu_astronomy:mc::olmes"
+
+
+def n8_record(i: int, right: int) -> GenerationRecord:
+    samples = tuple(SampleOutput("x", 1, "stop", {"extracted": "4", "correct": k < right}) for k in range(8))
+    return GenerationRecord(f"{N8}#{i}", i, i, {"pass_at_1": right / 8}, samples, "4")
+
+
+RIGHT = [8, 8, 7, 0, 0, 1, 8, 0, 0, 0]   # questions are mostly all right or all wrong: strongly clustered
+
+
+def test_the_samples_of_one_question_are_one_cluster():
+    task = task_record(N8, [n8_record(i, r) for i, r in enumerate(RIGHT)], "generation")
+    values, clusters = unit_values(task)
+    assert len(values) == 80 and len(set(clusters)) == 10
+    error = task_error(task)
+    assert error is not None and (error.n, error.clusters) == (80, 10)
+    per_question = MeanStat.of(r / 8 for r in RIGHT)   # what metrics.json's stderr is: over questions
+    assert error.mean == pytest.approx(per_question.mean)
+    assert error.stderr_clustered == pytest.approx(per_question.stderr, rel=1e-12)
+    p = sum(RIGHT) / 80
+    assert error.stderr_naive == pytest.approx(math.sqrt(p * (1 - p) * 80 / 79 / 80), rel=1e-12)
+    assert error.stderr_clustered > 2.5 * error.stderr_naive
+
+
+def test_a_run_records_the_naive_error_beside_the_clustered_one():
+    task = task_record(N8, [n8_record(i, r) for i, r in enumerate(RIGHT)], "generation")
+    summary = with_sample_error(task).metrics["pass_at_1"]
+    assert summary.stderr_naive == pytest.approx(task_error(task).stderr_naive)
+    # one sample per document (greedy): nothing to add
+    greedy = task_record(MC, [choice_record(MC, i, i % 2, [-1.0, -2.0]) for i in range(4)], "choice")
+    assert with_sample_error(greedy) is greedy
+
+
+def test_documents_cluster_by_a_sidecar_column():
+    task = task_record(MC, [choice_record(MC, i, i % 2, [-1.0, -2.0]) for i in range(6)], "choice")
+    assert task_error(task).clusters == 6
+    by_subject = task_error(task, "subject")   # one subject: one cluster, no clustered error
+    assert by_subject.clusters == 1 and math.isnan(by_subject.stderr_clustered)
+    with pytest.raises(ValueError, match="cannot cluster by"):
+        task_error(task, "doc_id")
