@@ -334,6 +334,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from proctor.compare import compare_runs, comparison_json
     from proctor.outputs.owned import check_output_file, write_owned_file
+    from proctor.outputs.run_dir import json_ready
     from proctor.report import print_agreement
 
     if args.json:
@@ -342,7 +343,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print_agreement(comparison, args.run_a, args.run_b)
     if args.json:
         doc = comparison_json(comparison, args.run_a, args.run_b, args.cluster_by)
-        text = json.dumps(doc, indent=2) + "\n"
+        text = json.dumps(json_ready(doc), indent=2) + "\n"   # NaN (an undefined error) as null
         write_owned_file(Path(args.json), text.encode(), option="--json")
     return 0
 

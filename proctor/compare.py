@@ -127,10 +127,15 @@ def _suite_rows(run_a: RunRecord, run_b: RunRecord, joined: dict[str, _Paired],
         if not all(leaf in joined for leaf in leaves):
             continue
         parts = [joined[leaf] for leaf in leaves]
-        strata = [leaf for leaf, p in zip(leaves, parts) for _ in p.ids]
-        clusters = [c for p in parts for c in p.clusters] if cluster_by is not None else None
-        stats = paired_difference([v for p in parts for v in p.a], [v for p in parts for v in p.b], clusters,
-                                  strata=strata, macro=s.primary == "macro", bootstrap=BOOTSTRAP, seed=SEED)
+        a, b = [v for p in parts for v in p.a], [v for p in parts for v in p.b]
+        macro = s.primary == "macro"
+        if cluster_by is None:   # documents independent: each task a stratum
+            strata = [leaf for leaf, p in zip(leaves, parts) for _ in p.ids]
+            stats = paired_difference(a, b, strata=strata, macro=macro, bootstrap=BOOTSTRAP, seed=SEED)
+        else:   # clusters may span tasks (a subject's questions): every document weighted as the suite weighs it
+            weights = [1 / (len(parts) * len(p.ids)) if macro else 1.0 for p in parts for _ in p.ids]
+            stats = paired_difference(a, b, [c for p in parts for c in p.clusters], weights=weights,
+                                      bootstrap=BOOTSTRAP, seed=SEED)
         rows.append(_row(spec, "suite", score.metric, parts, stats, cluster_by))
     return rows
 

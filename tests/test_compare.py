@@ -196,3 +196,17 @@ def test_json_output_never_replaces_a_users_file(runs, tmp_path, capsys):
     fresh = tmp_path / "agreement.json"
     assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(fresh)]) == 0
     assert main(["compare", str(runs[0]), str(runs[1]), "--json", str(fresh)]) == 0  # its own: replaced
+
+
+def test_an_undefined_error_is_null_in_the_json(tmp_path):
+    """One document: no standard error, no interval; the file stays strict JSON."""
+    for name, predicted in (("a", 0), ("b", 1)):
+        run_record(task_record(MC, [choice_row(0, predicted, [-1.0, -2.0])], "choice")).write(tmp_path / name)
+    out = tmp_path / "one.json"
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", str(out)]) == 0
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in --json output")
+
+    (row,) = json.loads(out.read_text(), parse_constant=refuse)["comparisons"]
+    assert row["stderr"] is None and row["diff_ci95"] == [None, None] and row["diff"] == -1.0

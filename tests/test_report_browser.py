@@ -19,8 +19,8 @@ from tinylm import build_tiny_model
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("PROCTOR_CHROMIUM", "/usr/bin/chromium"))
 LIMIT = 11      # 4 choice tasks and GSM8K: 55 items, more than one page
-CHARTS = ["scores", "breakdown:mmlu:mc::olmes", "breakdown:socialiqa:mc::olmes", "breakdown:socialiqa:rc::olmes",
-          "paired", "calibration", "finish-reasons"]
+CHARTS = ["scores", "paired", "breakdown:mmlu:mc::olmes", "breakdown:socialiqa:mc::olmes",
+          "breakdown:socialiqa:rc::olmes", "calibration", "finish-reasons"]
 
 
 @pytest.fixture(scope="module")

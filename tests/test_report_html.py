@@ -108,10 +108,10 @@ def pair_report(runs, tmp_path_factory):
 def test_a_report_of_two_runs_has_every_section_chart_and_table(pair_report, runs):
     out, page = pair_report
     a, b = proctor.read_run(runs[0]), proctor.read_run(runs[1])
-    assert page.sections() == ["runs-section", "scores-section", "breakdown-section", "paired-section",
-                               "flips-section", "calibration-section", "generation-section", "items-section"]
-    assert page.charts() == ["scores", "breakdown:mmlu:mc::olmes", "breakdown:socialiqa:mc::olmes",
-                             "breakdown:socialiqa:rc::olmes", "paired", "calibration", "finish-reasons"]
+    assert page.sections() == ["scores-section", "paired-section", "flips-section", "breakdown-section",
+                               "calibration-section", "generation-section", "items-section", "runs-section"]
+    assert page.charts() == ["scores", "paired", "breakdown:mmlu:mc::olmes", "breakdown:socialiqa:mc::olmes",
+                             "breakdown:socialiqa:rc::olmes", "calibration", "finish-reasons"]
     charts = page.json("report-charts")
     assert set(charts["figures"]) == set(page.charts()) and charts["config"]["displaylogo"] is False
     assert page.rows["tasks"] == len(a.tasks) == 6

@@ -302,3 +302,30 @@ def test_wilson_interval_matches_statsmodels():
     assert all(math.isnan(v) for v in wilson_interval(0, 0))
     with pytest.raises(ValueError):
         wilson_interval(5, 3)
+
+
+def test_weighted_difference_matches_statsmodels_weighted_cluster_ols():
+    """Weights (a suite's macro weights over documents) with clusters that cross tasks: the
+    weighted mean, and its CR1 error as statsmodels' WLS with cluster-robust errors."""
+    import statsmodels.api as sm
+
+    rng = np.random.default_rng(11)
+    n = 240
+    groups = rng.integers(0, 12, size=n)
+    a = (rng.random(n) < 0.4).astype(float)
+    b = np.where(rng.random(n) < 0.8, a, 1 - a)
+    w = rng.choice([1 / 30, 1 / 90, 1 / 120], size=n)
+    fit = sm.WLS(b - a, np.ones(n), weights=w).fit(cov_type="cluster", cov_kwds={"groups": groups})
+    result = paired_difference(a, b, groups.tolist(), weights=w.tolist(), bootstrap=2000, seed=1)
+    assert result.diff == pytest.approx(fit.params[0], rel=1e-12)
+    assert result.stderr == pytest.approx(fit.bse[0], rel=1e-10)
+    assert result.a_score == pytest.approx(float(w @ a / w.sum()))
+    assert result.clusters == 12 and result.test == "wald_clustered"
+    lo, hi = result.diff_ci95_bootstrap
+    assert lo < result.diff < hi and hi - lo == pytest.approx(2 * Z95 * result.stderr, rel=0.25)
+    # equal weights are the unweighted difference
+    plain = paired_difference(a, b, groups.tolist(), bootstrap=0)
+    same = paired_difference(a, b, groups.tolist(), weights=[1.0] * n, bootstrap=0)
+    assert same.diff == pytest.approx(plain.diff) and same.stderr == pytest.approx(plain.stderr)
+    with pytest.raises(ValueError, match="not both"):
+        paired_difference(a, b, strata=groups.tolist(), weights=w.tolist())

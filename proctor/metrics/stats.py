@@ -182,6 +182,7 @@ def paired_difference(
     *,
     strata: Optional[Sequence[Hashable]] = None,
     macro: bool = False,
+    weights: Optional[Sequence[float]] = None,
     bootstrap: int = 10_000,
     seed: int = 0,
 ) -> PairedDifference:
@@ -189,7 +190,13 @@ def paired_difference(
 
     Strata (the tasks of a suite) each get their own mean difference and variance; macro weights every stratum
     equally, micro (the default) every unit. Cluster ids are only meaningful within their stratum.
+    `weights` (instead of strata: clusters that cross tasks, e.g. MMLU subjects over a suite's tasks) makes the
+    difference a weighted mean over units, its error the weighted CR1 and its bootstrap a weighted ratio.
     """
+    if weights is not None:
+        if strata is not None:
+            raise ValueError("give strata or weights, not both")
+        return _weighted_difference(a, b, clusters, weights, bootstrap, seed)
     x, y = _vector(a, "a"), _vector(b, "b")
     n = x.size
     if y.size != n:
@@ -246,6 +253,36 @@ def paired_difference(
         a_only=a_only,
         b_only=b_only,
     )
+
+
+def _weighted_difference(a: Sequence[float], b: Sequence[float], clusters: Optional[Sequence[Hashable]],
+                         weights: Sequence[float], bootstrap: int, seed: int) -> PairedDifference:
+    x, y, w = _vector(a, "a"), _vector(b, "b"), _vector(weights, "weights")
+    n = x.size
+    if not (y.size == w.size == n) or n == 0:
+        raise ValueError(f"a, b and weights need one entry per paired unit, got {n}, {y.size} and {w.size}")
+    if clusters is not None and len(clusters) != n:
+        raise ValueError(f"clusters has {len(clusters)} entries for {n} paired units")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap must be >= 0, got {bootstrap}")
+    if np.any(w <= 0):
+        raise ValueError("weights must be positive")
+    codes, groups = (np.arange(n), n) if clusters is None else _codes(clusters)
+    total = float(w.sum())
+    d = y - x
+    diff = float(w @ d) / total
+    influence = np.bincount(codes, weights=w * (d - diff), minlength=groups)
+    stderr = math.sqrt(groups / (groups - 1) * float(influence @ influence)) / total if groups >= 2 else _NAN
+    # one "stratum" whose clusters carry weighted sums and weights: the bootstrap resamples a weighted ratio
+    part = _Stratum(1.0, float(w @ x) / total, float(w @ y) / total, diff, stderr,
+                    np.bincount(codes, weights=w * d, minlength=groups), np.bincount(codes, weights=w, minlength=groups))
+    binary = _binary(x) and _binary(y)
+    a_only, b_only = _discordant(x, y) if binary else (None, None)
+    return PairedDifference(
+        n=n, clusters=groups, a_score=part.a_mean, b_score=part.b_mean, diff=diff, stderr=stderr,
+        diff_ci95=(diff - Z95 * stderr, diff + Z95 * stderr), diff_ci95_bootstrap=_bootstrap([part], bootstrap, seed),
+        p_value=_wald_p(diff, stderr), test="wald_clustered", mde80=(Z95 + Z80) * stderr, a_only=a_only,
+        b_only=b_only)
 
 
 def wilson_interval(successes: int, n: int) -> tuple[float, float]:

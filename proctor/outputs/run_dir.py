@@ -32,19 +32,19 @@ def task_dir_name(task_name: str) -> str:
     return task_name.replace("::", "-").replace(":", "-")
 
 
-def _clean(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
     """JSON has no NaN: write it as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 
 def jsonl_text(rows: Iterable[dict]) -> str:
-    return "".join(json.dumps(_clean(r), ensure_ascii=False) + "\n" for r in rows)
+    return "".join(json.dumps(json_ready(r), ensure_ascii=False) + "\n" for r in rows)
 
 
 def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
@@ -52,7 +52,7 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
 
 
 def write_json(path: Path, value: dict) -> None:
-    atomic_write_text(path, json.dumps(_clean(value), indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(path, json.dumps(json_ready(value), indent=2, ensure_ascii=False) + "\n")
 
 
 def write_sidecar(directory: Path, rows: Sequence[QueryMetadata]) -> None:

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 JSON = Any
 PAGE_SIZE = 50              # items per page in the browser (page.js reads it from the data)
 CALIBRATION_BINS = 10
+FOLDED_TASKS = 12           # a task table longer than this starts folded
 GENERATOR = "proctor report"
 NOT_SAVED = "prompt not saved: run with --save-requests"
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
@@ -402,7 +403,10 @@ def _headline(runs: Sequence[RunRecord], labels: Sequence[str], legend: Sequence
             f"Tasks: the primary metric's mean with two 95% intervals: clustered (the samples of one "
             f"question are one cluster{_e(grouping)}) and naive (every unit independent); n: units scored "
             f"(units / clusters where they differ).</p>")
-    return Section("scores", "Scores", specs + tasks + note + _scores_chart(runs, legend, errors, charts))
+    count = len(_task_names(runs))
+    if count > FOLDED_TASKS:   # a suite of many tasks: the chart shows them; the table opens on demand
+        tasks = f"<details><summary>All {count} tasks</summary>{tasks}</details>"
+    return Section("scores", "Scores", specs + _scores_chart(runs, legend, errors, charts) + tasks + note)
 
 
 # ---- 3. breakdowns ------------------------------------------------------------------------------
@@ -531,7 +535,7 @@ def _paired(comparison: Optional[Sequence["TaskComparison"]], names: Sequence[st
     if not comparison:
         return Section("paired", "Paired comparison", who + '<p class="note">No paired comparison: the two runs '
                         "share no task with documents scored in both.</p>")
-    rows = [c.to_dict() for c in comparison]
+    rows = sorted((c.to_dict() for c in comparison), key=lambda r: r["kind"] != "suite")   # suites first
     columns = ("task", "kind", "metric", "n", "same", "A", "B", "B − A", "95% CI", "bootstrap 95% CI", "test",
                "p", "p Holm", "MDE80", "A only", "B only", "clusters")
     head = "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
@@ -540,8 +544,12 @@ def _paired(comparison: Optional[Sequence["TaskComparison"]], names: Sequence[st
             "(0/1 metrics); p: exact McNemar (0/1 metrics, no clusters) or Wald on the clustered error; p Holm: "
             "adjusted across the tasks (suites apart); MDE80: the smallest |B − A| this n detects with 80% "
             "power" + (f"; documents clustered by {_e(by)}" if by else "") + ".</p>")
-    return Section("paired", "Paired comparison", who + _table("paired", head, _paired_rows(rows)) + note
-                    + _forest(rows, charts))
+    table = _table("paired", head, _paired_rows(rows))
+    suites = [r for r in rows if r["kind"] == "suite"]
+    if len(rows) > FOLDED_TASKS and suites:   # many tasks: their suites shown, every row on demand
+        table = (_table("paired-suites", head, _paired_rows(suites))
+                 + f"<details><summary>All {len(rows) - len(suites)} tasks</summary>{table}</details>")
+    return Section("paired", "Paired comparison", who + table + note + _forest(rows, charts))
 
 
 def _item_list(list_id: str, labels: Sequence[str], *, flipped_toggle: bool) -> str:
@@ -879,16 +887,16 @@ def render_report(runs: Sequence[RunRecord], names: Sequence[str],
     errors = _errors(runs, cluster_by)
     data = item_data(runs, prompts or {})
     two = len(runs) == 2
-    sections: list[Optional[Section]] = [
-        _provenance(runs, names, labels),
+    sections: list[Optional[Section]] = [   # what was found first, how it was run last
         _headline(runs, labels, legend, errors, cluster_by, charts),
-        _breakdowns(runs, legend, charts),
         _paired(comparison, names, charts) if two else None,
         _flips(len(data["flips"]), labels) if two else None,
         _curves(runs, legend, errors, charts),
+        _breakdowns(runs, legend, charts),
         _calibration(runs, legend, charts),
         _generation(runs, labels, charts),
         _items(labels, len(data["items"]), two),
+        _provenance(runs, names, labels),
     ]
     data["runs"] = labels
     title = "proctor report: " + (names[0] if len(names) == 1 else f"{len(names)} runs")
@@ -927,10 +935,10 @@ def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path],
             prompts.setdefault(task, by_id)
     comparison = None
     if len(runs) == 2:
-        from proctor.compare import compare_runs
+        from proctor.compare import compare_records
 
         try:
-            comparison = compare_runs(dirs[0], dirs[1], cluster_by)
+            comparison = compare_records(runs[0], runs[1], cluster_by, names=(str(dirs[0]), str(dirs[1])))
         except UserError:   # runs of different specs: the report says there is no paired comparison
             comparison = None
     text = render_report(runs, [str(d) for d in run_dirs], comparison, cluster_by, prompts=prompts)

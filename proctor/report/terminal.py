@@ -23,7 +23,7 @@ def _fmt(value: Optional[float]) -> str:
 def print_results(primary_scores: Mapping[str, SpecScore], tasks: Sequence[TaskRecord],
                   console: Console | None = None) -> None:
     """Primary score per requested spec (`RunRecord.primary_scores`), then every task's metrics."""
-    console = console or Console()
+    console = console or wide_console()
     scores = {spec: s.to_dict() for spec, s in primary_scores.items()}
     # pass@1 of n samples: its error counts a question's samples as one cluster; the naive one beside it
     naive = {t.name: t.metrics[t.primary_metric].stderr_naive for t in tasks
