@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Hashable, Optional, Sequence
 
 from proctor.errors import UserError
-from proctor.metrics.clusters import paired_units
+from proctor.metrics.clusters import declares_clusters, paired_units
 from proctor.metrics.stats import PairedDifference, holm, paired_difference
 from proctor.outputs.records import RunRecord, TaskRecord
 from proctor.outputs.run_dir import read_run
@@ -108,9 +108,10 @@ def _row(name: str, kind: str, metric: str, parts: Sequence[_Paired], stats: Pai
 
 
 def _task_row(p: _Paired, cluster_by: Optional[str]) -> TaskComparison:
-    clusters = None if cluster_by is None else p.clusters   # else each document is its own cluster
-    stats = paired_difference(p.a, p.b, clusters, bootstrap=BOOTSTRAP, seed=SEED)
-    return _row(p.task.name, "task", p.task.primary_metric, [p], stats, cluster_by)
+    clustered = cluster_by is not None or declares_clusters(p.task)   # else each document is its own cluster
+    stats = paired_difference(p.a, p.b, p.clusters if clustered else None, bootstrap=BOOTSTRAP, seed=SEED)
+    return _row(p.task.name, "task", p.task.primary_metric, [p], stats,
+                cluster_by or ("cluster" if clustered else None))
 
 
 def _suite_rows(run_a: RunRecord, run_b: RunRecord, joined: dict[str, _Paired],
@@ -129,14 +130,16 @@ def _suite_rows(run_a: RunRecord, run_b: RunRecord, joined: dict[str, _Paired],
         parts = [joined[leaf] for leaf in leaves]
         a, b = [v for p in parts for v in p.a], [v for p in parts for v in p.b]
         macro = s.primary == "macro"
-        if cluster_by is None:   # documents independent: each task a stratum
+        declared = cluster_by is None and any(declares_clusters(p.task) for p in parts)
+        if cluster_by is None:   # each task a stratum, holding the clusters it declares
             strata = [leaf for leaf, p in zip(leaves, parts) for _ in p.ids]
-            stats = paired_difference(a, b, strata=strata, macro=macro, bootstrap=BOOTSTRAP, seed=SEED)
+            clusters = [c for p in parts for c in p.clusters] if declared else None
+            stats = paired_difference(a, b, clusters, strata=strata, macro=macro, bootstrap=BOOTSTRAP, seed=SEED)
         else:   # clusters may span tasks (a subject's questions): every document weighted as the suite weighs it
             weights = [1 / (len(parts) * len(p.ids)) if macro else 1.0 for p in parts for _ in p.ids]
             stats = paired_difference(a, b, [c for p in parts for c in p.clusters], weights=weights,
                                       bootstrap=BOOTSTRAP, seed=SEED)
-        rows.append(_row(spec, "suite", score.metric, parts, stats, cluster_by))
+        rows.append(_row(spec, "suite", score.metric, parts, stats, cluster_by or ("cluster" if declared else None)))
     return rows
 
 

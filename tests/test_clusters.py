@@ -55,3 +55,26 @@ def test_documents_cluster_by_a_sidecar_column():
     assert by_subject.clusters == 1 and math.isnan(by_subject.stderr_clustered)
     with pytest.raises(ValueError, match="cannot cluster by"):
         task_error(task, "doc_id")
+
+
+def test_a_declared_cluster_is_used_without_asking(tmp_path):
+    """Documents that share the sidecar's `cluster` (a passage) are one cluster in the
+    task's error and in `proctor compare`, which then reports a clustered Wald test."""
+    from dataclasses import replace
+
+    from proctor.compare import compare_runs
+    from run_records import run_record
+
+    def run(predicted):
+        task = task_record(MC, [choice_record(MC, i, p, [-1.0, -2.0]) for i, p in enumerate(predicted)], "choice")
+        return replace(task, sidecar=tuple(replace(row, cluster=f"passage{i // 2}")
+                                           for i, row in enumerate(task.sidecar)))
+
+    a, b = run([0, 0, 1, 1, 0, 0, 1, 1]), run([1, 1, 1, 1, 0, 0, 0, 0])
+    assert task_error(a).clusters == 4 and task_error(a, "subject").clusters == 1
+    run_record(a).write(tmp_path / "a")
+    run_record(b).write(tmp_path / "b")
+    (row,) = compare_runs(tmp_path / "a", tmp_path / "b")
+    assert (row.cluster_by, row.clusters, row.test) == ("cluster", 4, "wald_clustered")
+    # B − A per document: -1 -1 | 0 0 | 0 0 | 1 1, cluster sums -2 0 0 2 around a mean of 0; CR1 with G/(G-1) = 4/3
+    assert row.diff == 0 and row.stderr == pytest.approx(math.sqrt(4 / 3 * 8) / 8)

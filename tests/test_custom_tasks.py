@@ -470,3 +470,16 @@ def test_included_tasks_are_listed(tmp_path, capsys):
     listed = {line.split("│")[1].strip(): line.split("│")[-2].strip() for line in out.splitlines()
               if line.startswith("│")}
     assert listed == {"qa:mc": "3", "qa:rc": "3", "qa:gen": "3"}
+
+
+def test_a_declared_cluster_reaches_each_document(tmp_path):
+    """`cluster: passage`: the questions of one passage are one cluster (the sidecar's `cluster`)."""
+    rows = [{"q": f"Question {i}?", "c": ["yes", "no"], "a": 0, "passage": f"p{i // 2}"} for i in range(6)]
+    write_jsonl(tmp_path / "r.jsonl", rows)
+    (tmp_path / "c.yaml").write_text("name: passages\ndataset: {path: r.jsonl}\nquestion: q\nchoices: c\n"
+                                     "answer: a\ncluster: passage\n")
+    include([tmp_path / "c.yaml"])
+    assert [i.metadata["cluster"] for i in instances("passages:mc")] == ["p0", "p0", "p1", "p1", "p2", "p2"]
+    write_jsonl(tmp_path / "r.jsonl", [{"q": "Q?", "c": ["yes", "no"], "a": 0}])
+    with pytest.raises(UserError, match="passage"):
+        instances("passages:rc")

@@ -208,19 +208,24 @@ def test_resume_after_sigkill_gives_identical_results(tiny_dir, tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
 
-    def run(cache: str, out: str, kill_after: int) -> subprocess.CompletedProcess:
+    def start(cache: str, out: str, kill_after: int) -> subprocess.Popen:
         args = [sys.executable, str(tmp_path / "worker.py"), str(tiny_dir), str(tmp_path / cache),
                 str(tmp_path / "requests.json"), str(tmp_path / out), str(kill_after)]
-        return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    killed = run("resumed.sqlite", "never.json", kill_after=3)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    def wait(process: subprocess.Popen) -> tuple[int, str]:
+        _, err = process.communicate(timeout=600)
+        return process.returncode, err[-2000:]
+
+    code, err = wait(start("resumed.sqlite", "never.json", kill_after=3))
+    assert code == -signal.SIGKILL, err
     assert not (tmp_path / "never.json").exists()
 
-    resumed = run("resumed.sqlite", "resumed.json", kill_after=-1)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    fresh = run("fresh.sqlite", "fresh.json", kill_after=-1)
-    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    # the resumed run and an uninterrupted one side by side
+    resumed, fresh = start("resumed.sqlite", "resumed.json", -1), start("fresh.sqlite", "fresh.json", -1)
+    for process in (resumed, fresh):
+        code, err = wait(process)
+        assert code == 0, err
 
     r, f = (json.loads((tmp_path / n).read_text()) for n in ("resumed.json", "fresh.json"))
     assert r["results"] == f["results"]  # byte-identical floats (repr)

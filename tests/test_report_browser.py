@@ -1,22 +1,23 @@
-"""The HTML report of two real runs, opened from disk in headless Chromium: every chart drawn,
-no error, nothing fetched, the flipped items open to their choices, the item browser pages.
+"""The HTML report of two real runs (SmolLM2-135M-Instruct few-shot and zero-shot), opened from
+disk in headless Chromium: every chart drawn, no error, nothing fetched, the flipped items
+open to their choices, the item browser pages; a full-page screenshot is saved beside it.
 
 Needs Debian's /usr/bin/chromium (skipped without it, unless PROCTOR_REQUIRE_BROWSER=1).
-PROCTOR_SCREENSHOT=1 saves the screenshot to docs/report.png."""
+The README's screenshots come from `benchmarks/report_screenshot.py`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+import proctor
 from proctor.report.html import PAGE_SIZE, write_report
-from test_report_html import CHOICE_SPECS, GSM8K, Page, make_run
-from tinylm import build_tiny_model
+from test_report_html import CHOICE_SPECS, GSM8K, Page
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = Path(os.environ.get("PROCTOR_CHROMIUM", "/usr/bin/chromium"))
 LIMIT = 11      # 4 choice tasks and GSM8K: 55 items, more than one page
 CHARTS = ["scores", "paired", "breakdown:mmlu:mc::olmes", "breakdown:socialiqa:mc::olmes",
@@ -38,10 +39,21 @@ def browser():
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory, data_dir, one_torch_thread):
+def report(tmp_path_factory, data_dir):
+    """Two real runs of SmolLM2-135M-Instruct on the same items: few-shot as the specs say, and
+    zero-shot (GSM8K cut to 32 new tokens: greedy texts of 512 tokens cost minutes here)."""
+    from proctor.backends.hf import load_backend
+    from proctor.tasks import gsm8k
+
     root = tmp_path_factory.mktemp("browser")
-    runs = [make_run(build_tiny_model(root / f"model-{seed}", seed=seed), root / f"run-{seed}",
-                     [*CHOICE_SPECS, GSM8K], LIMIT, data_dir, save_requests=True) for seed in (0, 1)]
+    backend = load_backend("smollm2-135m", device="cpu", max_length=2048)
+    runs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(gsm8k.VARIANTS, GSM8K, dataclasses.replace(gsm8k.VARIANTS[GSM8K], max_gen_toks=32))
+        for name, shots in (("few-shot", None), ("zero-shot", 0)):
+            proctor.evaluate(backend, tasks=[*CHOICE_SPECS, GSM8K], limit=LIMIT, num_fewshot=shots,
+                             data_dir=data_dir, output=root / name, save_requests=True, cache=False, progress=False)
+            runs.append(root / name)
     out = root / "report.html"
     write_report(runs, out)
     return out
@@ -110,7 +122,7 @@ def test_the_report_of_two_runs_works_in_a_browser(browser, report, tmp_path):
     page.wait_for_function(f"() => document.querySelectorAll('#items tbody tr.item').length === {min(flips, 50)}")
 
     flipped.click()   # open again, for the screenshot
-    target = REPO / "docs" / "report.png" if os.environ.get("PROCTOR_SCREENSHOT") else tmp_path / "report.png"
+    target = report.parent / "report.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(target), full_page=True)
     assert problems == []

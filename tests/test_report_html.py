@@ -241,7 +241,7 @@ def test_bad_inputs_are_user_errors(runs, tmp_path):
 
 def test_cluster_by_is_named_beside_the_intervals(runs, tmp_path):
     write_report([runs[0]], tmp_path / "r.html", cluster_by="subject")
-    assert "documents sharing a subject are one cluster" in (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "as are documents sharing a subject)" in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
 def test_a_series_of_runs_gets_score_curves():

@@ -542,9 +542,10 @@ def test_writes_do_not_outlive_the_run_and_their_total_is_capped():
 
 
 @pytest.mark.skipif(not INFO.network_isolated, reason="no network isolation here")
-def test_planted_unix_sockets_are_unreachable(tmp_path):
+def test_planted_unix_sockets_are_unreachable():
     servers, paths = [], []
-    for parent in ("/run", "/var/tmp", str(tmp_path)):
+    # /tmp, not tmp_path: a socket path holds at most 107 bytes, and pytest-xdist's tmp_path is longer
+    for parent in ("/run", "/var/tmp", "/tmp"):
         d = tempfile.mkdtemp(prefix="proctor-hostile-", dir=parent)
         os.chmod(d, 0o755)
         path = os.path.join(d, "planted.sock")

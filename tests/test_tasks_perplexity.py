@@ -188,10 +188,11 @@ def test_sigkill_then_rerun_rescores_no_stored_chunk(tiny, data_dir, tmp_path, m
     out, cache = tmp_path / "run", tmp_path / "cache"
     stored = kill_when_stored(start_run(args(out), cache), cache, "loglikelihood", 20)
     assert stored >= 20 and not out.exists()
-    finish(start_run(args(out), cache))
+    resumed_run = start_run(args(out), cache)   # resumes while an uninterrupted run goes on here
     fresh = tmp_path / "fresh"
     monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "fresh-cache"))
     assert main(["run", *args(fresh)]) == 0
+    finish(resumed_run)
     assert outputs(out) == outputs(fresh)
     resumed, full = (json.loads((d / "metrics.json").read_text())["engine"] for d in (out, fresh))
     assert full["batches_run"] == full["batches"] == full["rolling_chunks"]

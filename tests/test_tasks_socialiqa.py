@@ -103,3 +103,17 @@ def test_reasoning_type_coverage_on_all_rows(data_dir):
     types = Counter(reasoning_type(r["question"], r["context"]) for r in dev + train)
     assert set(types) - {None} == set(REASONING_TYPES)
     assert types[None] / (len(dev) + len(train)) < 0.006  # 151 of 35,364 at the time of writing
+
+
+
+def test_questions_of_one_context_are_one_cluster(data_dir):
+    """SocialIQA declares its context passage a cluster: one cluster per context, and back."""
+    task = resolve("socialiqa:mc::xlarge")[0]
+    contexts_of, clusters_of = {}, {}
+    docs = [numbered.doc for numbered in task.numbered_docs(data_dir)]
+    for doc in docs:
+        cluster = task.doc_metadata(doc)["cluster"]
+        clusters_of.setdefault(doc["context"], set()).add(cluster)
+        contexts_of.setdefault(cluster, set()).add(doc["context"])
+    assert all(len(c) == 1 for c in clusters_of.values()) and all(len(c) == 1 for c in contexts_of.values())
+    assert len(contexts_of) < len(docs)   # some contexts carry several questions

@@ -105,8 +105,8 @@ def test_every_task_matches_the_hf_backend(runs):
 def test_compare_cli_writes_the_agreement(runs, tmp_path, capsys):
     hf_dir, vllm_dir, _ = runs
     assert main(["compare", str(hf_dir), str(vllm_dir), "--json", str(tmp_path / "agreement.json")]) == 0
-    rows = {row["task"]: row for row in json.loads((tmp_path / "agreement.json").read_text())}
-    assert rows[MMLU]["identical"] == LIMIT and rows[MMLU]["p_value"] == 1.0
+    rows = {row["task"]: row for row in json.loads((tmp_path / "agreement.json").read_text())["comparisons"]}
+    assert rows[MMLU]["identical"] == LIMIT and rows[MMLU]["p_value"] == 1.0 and rows[MMLU]["diff"] == 0
     assert "mmlu_abstract_algebra:mc::olmes" in capsys.readouterr().out
 
 

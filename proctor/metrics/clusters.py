@@ -2,8 +2,10 @@
 
 A task's unit is its document, except where a document holds several samples (GSM8K n=8,
 HumanEval n=64): pass@1 is then the mean over samples, and a question's samples are one
-cluster. A sidecar column (`CLUSTER_COLUMNS`, e.g. MMLU's subject) can group documents into
-coarser clusters. Pure: reads records, no I/O.
+cluster. Documents a task declares dependent (the sidecar's `cluster`: SocialIQA's questions
+of one context, a task file's `cluster` field) are one cluster; a sidecar column
+(`CLUSTER_COLUMNS`, e.g. MMLU's subject) can group them into coarser clusters on request.
+Pure: reads records, no I/O.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from proctor.metrics.stats import ClusteredMean, clustered_mean
 from proctor.outputs.records import GenerationRecord, SampleOutput, TaskRecord
 
 #: sidecar columns documents can be clustered by (`--cluster-by`)
-CLUSTER_COLUMNS = ("subject", "reasoning_type", "benchmark")
+CLUSTER_COLUMNS = ("subject", "reasoning_type", "benchmark", "cluster")
 
 
 def sample_correct(sample: SampleOutput) -> Optional[float]:
@@ -32,15 +34,22 @@ def per_sample(task: TaskRecord) -> bool:
         isinstance(r, GenerationRecord) and len(r.model_output) > 1 for r in task.records)
 
 
+def declares_clusters(task: TaskRecord) -> bool:
+    """Whether any two of the task's documents share a declared cluster."""
+    declared = [row.cluster for row in task.sidecar if row.cluster is not None]
+    return len(set(declared)) < len(declared)
+
+
 def doc_clusters(task: TaskRecord, cluster_by: Optional[str]) -> dict[str, Hashable]:
-    """Each document's cluster (query_id -> key): its sidecar `cluster_by` value, or itself."""
-    if cluster_by is None:
-        return {r.query_id: r.query_id for r in task.records}
+    """Each document's cluster (query_id -> key): its sidecar `cluster_by` value (None: the
+    cluster its task declares), or itself."""
+    cluster_by = cluster_by or "cluster"
     if cluster_by not in CLUSTER_COLUMNS:
         raise ValueError(f"cannot cluster by {cluster_by!r}; choose one of {', '.join(CLUSTER_COLUMNS)}")
     column = {row.query_id: getattr(row, cluster_by) for row in task.sidecar}
     # a document without a value (a task with no subjects) stays its own cluster
-    return {r.query_id: (column.get(r.query_id) or r.query_id) for r in task.records}
+    return {r.query_id: (cluster_by, value) if (value := column.get(r.query_id)) else ("document", r.query_id)
+            for r in task.records}
 
 
 def unit_values(task: TaskRecord, cluster_by: Optional[str] = None) -> tuple[list[float], list[Hashable]]:

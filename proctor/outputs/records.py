@@ -27,7 +27,7 @@ from proctor.tasks.config import TaskConfig
 #: perplexity tasks their sidecar rows)
 #: 3: chat format — task_config gained `chat` and `system_instruction`, model_config
 #: `olmes_max_length`, `chat_template` and `chat_template_sha256`; requests may hold chats
-#: 4: run_config gained `labels`; a metric's summary `stderr_naive`
+#: 4: run_config gained `labels`; a metric's summary `stderr_naive`; the sidecar `cluster`
 FORMAT_VERSION = 4
 
 JSON = Any                       # a JSON value: None, bool, int, float, str, list, dict
@@ -277,6 +277,9 @@ class QueryMetadata:
     correct_answer: Optional[str]   # None for perplexity documents
     task: str                       # the task spec that produced the query
     doc_id: int
+    #: the group the task declares its documents dependent in (a shared passage: SocialIQA's
+    #: context, a task file's `cluster` field); None: the document stands alone
+    cluster: Optional[str] = None
 
     def to_dict(self) -> dict[str, JSON]:
         return asdict(self)
@@ -286,7 +289,7 @@ class QueryMetadata:
 SIDECAR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("query_id", "string"), ("benchmark", "string"), ("subject", "string"), ("reasoning_type", "string"),
     ("is_correct", "bool"), ("predicted_answer", "string"), ("correct_answer", "string"),
-    ("task", "string"), ("doc_id", "int64"),
+    ("task", "string"), ("doc_id", "int64"), ("cluster", "string"),
 )
 assert tuple(name for name, _ in SIDECAR_COLUMNS) == tuple(f.name for f in fields(QueryMetadata))
 

@@ -398,11 +398,12 @@ def _headline(runs: Sequence[RunRecord], labels: Sequence[str], legend: Sequence
     specs = _table("specs", _group_head(("spec", "metric"), labels, ("score", "95% CI", "n")), _spec_rows(runs))
     tasks = _table("tasks", _group_head(("task", "kind", "metric"), labels,
                                         ("score", "95% CI clustered", "95% CI naive", "n")), _task_rows(runs, errors))
-    grouping = f", and documents sharing a {cluster_by} are one cluster" if cluster_by else ""
+    grouping = (f"documents sharing a {cluster_by}" if cluster_by
+                else "the documents of a passage the task declares")
     note = (f'<p class="note">Requested specs: the headline score with ± 1.96 of its recorded standard error. '
             f"Tasks: the primary metric's mean with two 95% intervals: clustered (the samples of one "
-            f"question are one cluster{_e(grouping)}) and naive (every unit independent); n: units scored "
-            f"(units / clusters where they differ).</p>")
+            f"question are one cluster, as are {_e(grouping)}) and naive (every unit independent); n: units "
+            f"scored (units / clusters where they differ).</p>")
     count = len(_task_names(runs))
     if count > FOLDED_TASKS:   # a suite of many tasks: the chart shows them; the table opens on demand
         tasks = f"<details><summary>All {count} tasks</summary>{tasks}</details>"

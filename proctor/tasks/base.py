@@ -165,6 +165,7 @@ def sidecar_row(config: TaskConfig, inst: Work, *, is_correct: Optional[bool], p
         correct_answer=correct_answer,
         task=config.name,
         doc_id=inst.doc_id,
+        cluster=inst.metadata.get("cluster"),
     )
 
 

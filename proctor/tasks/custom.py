@@ -27,6 +27,8 @@ and `<name>:gen` when it has `generation`::
                                 #   (random.Random(1234).sample(rows, num_shots))
     primary_metric: {rc: acc_uncond}   # optional, per form; defaults mc: acc_raw, rc: acc_per_char
     benchmark: my_mc            # optional: the sidecar `benchmark` column (default: name)
+    cluster: passage_id         # optional: a field whose rows share a passage or source; each value's
+                                # documents are one cluster in the errors of compare and report
     generation:                 # optional: gives <name>:gen, a greedy cloze answer scored by exact_match
       target: answer_text       #   required: the field holding the gold text (compared after strip())
       stop: ["\\n\\n"]           #   optional (default ["\\n\\n"])
@@ -73,7 +75,7 @@ FEWSHOT_SEED = 1234
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 TASK_FIELDS = ("name", "dataset", "question", "choices", "answer", "answer_format", "id",
-               "description", "fewshot", "primary_metric", "benchmark", "generation")
+               "description", "fewshot", "primary_metric", "benchmark", "cluster", "generation")
 DATASET_FIELDS = ("path", "hub", "config", "split")
 FEWSHOT_FIELDS = ("path", "split", "num_shots", "sampling")
 GENERATION_FIELDS = ("target", "stop", "max_gen_toks")
@@ -119,6 +121,7 @@ class TaskDef:
     primary_metric: dict[str, str]               # form -> metric, for every form the task gives
     benchmark: str
     generation: Optional[Generation]
+    cluster: Optional[str] = None                # a field naming each row's cluster (a shared passage)
 
     @property
     def forms(self) -> tuple[str, ...]:
@@ -248,7 +251,7 @@ def _task(t: _Table) -> TaskDef:
         choices=choices, answer=answer, answer_format=answer_format, id=t.get("id", str),
         description=t.get("description", str, ""), fewshot=_fewshot(t, dataset),
         primary_metric=_primary_metrics(t, forms), benchmark=t.get("benchmark", str, name),
-        generation=generation)
+        generation=generation, cluster=t.get("cluster", str))
 
 
 def _dataset(t: _Table) -> Dataset:
@@ -390,8 +393,16 @@ class _FromFile:
         return None if self.source.id is None else field(row, self.source.id, Union[str, int],
                                                          f"{self.source.file}: {where}: the row")
 
+    def row_cluster(self, row: dict, where: str) -> Optional[str]:
+        if self.source.cluster is None:
+            return None
+        return str(field(row, self.source.cluster, Union[str, int], f"{self.source.file}: {where}: the row"))
+
     def native_id(self, row: dict, index: int) -> Any:
         return index if row["id"] is None else row["id"]
+
+    def row_metadata(self, row: dict) -> dict:
+        return {"cluster": row["cluster"]}
 
     def shot_rows(self, data_dir: Optional[Path], row_of: Callable[[dict, str], dict]) -> list[dict]:
         """The few-shot rows in prompt order: all of them (the first num_shots are used), or a
@@ -434,7 +445,8 @@ class FileChoiceTask(_FromFile, ChoiceTask):
             raise UserError(f"{at} has {len(choices)} choices; the :mc form letters at most {len(LETTERS)} "
                             "(use the :rc form)")
         return {"question": self.text(row, s.question, where), "choices": choices,
-                "answer": self.gold(row, len(choices), where), "id": self.row_id(row, where)}
+                "answer": self.gold(row, len(choices), where), "id": self.row_id(row, where),
+                "cluster": self.row_cluster(row, where)}
 
     _answer_format: Optional[str] = None   # inferred from the first row read, when not given
 
@@ -479,7 +491,7 @@ class FileGenerationTask(_FromFile, GenerationTask):
         assert self.source.generation is not None
         target = field(row, self.source.generation.target, Union[str, int], f"{self.source.file}: {where}: the row")
         return {"question": self.text(row, self.source.question, where), "target": str(target),
-                "id": self.row_id(row, where)}
+                "id": self.row_id(row, where), "cluster": self.row_cluster(row, where)}
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
         k = self.config.num_shots

@@ -9,6 +9,7 @@ within its own split, so xlarge repeats native ids (query ids disambiguate by do
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Optional
 
@@ -38,7 +39,9 @@ class SocialIQATask(ChoiceTask):
         return Rendered(text=text, options=options, gold=int(row["label"]) - 1)
 
     def row_metadata(self, row: dict) -> dict:
-        return {"reasoning_type": reasoning_type(row["question"], row["context"])}
+        # questions asked of one context passage are one cluster (the context's digest names it)
+        passage = hashlib.sha256(row["context"].encode("utf-8")).hexdigest()[:12]
+        return {"reasoning_type": reasoning_type(row["question"], row["context"]), "cluster": f"context:{passage}"}
 
 
 def configs() -> dict[str, TaskConfig]:
