@@ -35,7 +35,7 @@ from proctor.metrics.clusters import CLUSTER_COLUMNS, sample_correct, task_error
 from proctor.metrics.stats import Z95, ClusteredMean, wilson_interval
 from proctor.outputs.records import (
     ChoiceRecord, GenerationRecord, PerplexityRecord, QueryMetadata, Record, RunRecord, SampleOutput, SpecScore,
-    TaskRecord,
+    TaskRecord, finite,
 )
 from proctor.outputs.run_dir import read_run, task_dir_name
 from proctor.version import VERSION
@@ -106,23 +106,18 @@ def read_prompts(run_dir: Path, run: RunRecord) -> dict[str, dict[str, Prompt]]:
 # ---- small helpers ---------------------------------------------------------------------------
 
 
-def _num(value: Optional[float]) -> Optional[float]:
-    """A number JSON can hold (no NaN, no infinity)."""
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
 def _fmt(value: Optional[float], digits: int = 3) -> str:
-    value = _num(value)
+    value = finite(value)
     return "—" if value is None else f"{value:.{digits}f}"
 
 
 def _interval(lo: Optional[float], hi: Optional[float], digits: int = 3) -> str:
-    lo, hi = _num(lo), _num(hi)
+    lo, hi = finite(lo), finite(hi)
     return "—" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
 def _ci(mean: Optional[float], stderr: Optional[float]) -> str:
-    mean, stderr = _num(mean), _num(stderr)
+    mean, stderr = finite(mean), finite(stderr)
     return "—" if mean is None or stderr is None else _interval(mean - Z95 * stderr, mean + Z95 * stderr)
 
 
@@ -383,8 +378,8 @@ def _scores_chart(runs: Sequence[RunRecord], labels: Sequence[str], errors: Erro
     fig = go.Figure()
     for i, label in enumerate(labels):
         errs = [errors.get((i, n)) for n in names]
-        means = [None if e is None else _num(e.mean) for e in errs]
-        half = [None if e is None else _num(Z95 * e.stderr_clustered) for e in errs]
+        means = [None if e is None else finite(e.mean) for e in errs]
+        half = [None if e is None else finite(Z95 * e.stderr_clustered) for e in errs]
         fig.add_trace(go.Scatter(x=means, y=[_t(n) for n in names], mode="markers", name=label, orientation="h", marker_color=_color(i),
                                  error_x={"type": "data", "array": half},
                                  hovertemplate="%{y}<br>%{x:.3f}<extra>" + label + "</extra>"))
@@ -518,10 +513,10 @@ def _paired_rows(rows: Sequence[Mapping[str, JSON]]) -> list[str]:
 
 def _forest(rows: Sequence[Mapping[str, JSON]], charts: Charts) -> str:
     names = [_t(("suite: " if r["kind"] == "suite" else "") + r["task"]) for r in rows]
-    diffs = [_num(r["diff"]) for r in rows]
+    diffs = [finite(r["diff"]) for r in rows]
     fig = go.Figure()
     for key, title in (("diff_ci95", "95% CI (clustered, analytic)"), ("diff_ci95_bootstrap", "95% CI (bootstrap)")):
-        lo, hi = [_num(r[key][0]) for r in rows], [_num(r[key][1]) for r in rows]
+        lo, hi = [finite(r[key][0]) for r in rows], [finite(r[key][1]) for r in rows]
         fig.add_trace(go.Scatter(x=diffs, y=names, mode="markers", name=title, orientation="h", error_x=_error(lo, diffs, hi),
                                  hovertemplate="%{y}: %{x:+.4f}<extra>" + title + "</extra>"))
     fig.add_vline(x=0, line_dash="dash", line_color="#888")
@@ -596,8 +591,8 @@ def _curves(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable
         if not any(errs):
             continue
         fig.add_trace(go.Scatter(
-            x=x, y=[None if e is None else _num(e.mean) for e in errs], mode="lines+markers", name=_t(name),
-            error_y={"type": "data", "array": [None if e is None else _num(Z95 * e.stderr_clustered) for e in errs]}))
+            x=x, y=[None if e is None else finite(e.mean) for e in errs], mode="lines+markers", name=_t(name),
+            error_y={"type": "data", "array": [None if e is None else finite(Z95 * e.stderr_clustered) for e in errs]}))
     if not fig.data:
         return None
     fig.update_layout(title="Primary score per task across the runs", height=460,
@@ -773,13 +768,13 @@ def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetada
     detail needs (choice log-probabilities `lp` and pick `p`, or samples `o`, or totals)."""
     if record is None:
         return None
-    score = _num(record.metric_value(metric))
+    score = finite(record.metric_value(metric))
     if isinstance(record, ChoiceRecord):
         picked = record.prediction(metric)
         pick = None if picked is None else int(picked)
         answer = meta.predicted_answer if meta is not None and meta.predicted_answer is not None else pick
         return {"s": score, "a": "" if answer is None else str(answer), "p": pick,
-                "lp": [_num(round(v, 4)) for v in record.sum_logits()]}
+                "lp": [finite(round(v, 4)) for v in record.sum_logits()]}
     if isinstance(record, GenerationRecord):
         samples = [_sample_json(s) for s in record.model_output]
         if len(samples) == 1:
@@ -790,7 +785,7 @@ def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetada
             answer = f"{len(samples)} samples"
         return {"s": score, "a": answer, "o": samples}
     m = record.metrics
-    return {"s": _num(m.bits_per_byte), "a": f"{m.nll:.1f} nats, {m.num_tokens} tokens", "nll": _num(m.nll),
+    return {"s": finite(m.bits_per_byte), "a": f"{m.nll:.1f} nats, {m.num_tokens} tokens", "nll": finite(m.nll),
             "tok": m.num_tokens, "b": m.num_bytes}
 
 
