@@ -1,11 +1,15 @@
 """Peak memory of hidden-state extraction as the bank grows (issue 6: bounded for 40,000+ queries).
 
-Builds the real bank (../shared/data/factual), runs `extract_hidden` with a tiny random
-Llama (the model's size is not what is measured) in a fresh process per size, and prints
-each process's peak RSS. States stream into memory-mapped .npy files one batch at a time,
-so the peak should not grow with the number of queries beyond the bank rows themselves.
+Builds the real bank (../shared/data/factual), runs `extract_hidden` through the engine
+with a tiny random Llama (the model's size is not what is measured) in a fresh process
+per size, and prints each process's peak RSS. The engine computes the states batch by
+batch, stores each batch in the result cache (a SQLite file in the run's temporary
+directory, unless --no-cache) and hands each state on as it comes, straight into the
+memory-mapped .npy files, so the peak should not grow with the number of queries beyond
+the bank rows and the requests themselves: compare it with `state_mib` (queries x stored
+layers x hidden size x 2 bytes), what holding every state at once would take.
 
-    python benchmarks/factual_hidden_memory.py [--sizes 4000 40000]
+    python benchmarks/factual_hidden_memory.py [--sizes 4000 40000] [--no-cache]
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def child(n: int, data_dir: Path, work: Path) -> None:
+def child(n: int, data_dir: Path, work: Path, cache: bool) -> None:
+    from proctor.backends.hf import HFBackend
     from proctor.backends.models import load_model
     from proctor.backends.sources import resolve_source
+    from proctor.engine import Engine, ResultCache
     from proctor.factual.bank import build_bank
     from proctor.factual.hidden import extract_hidden
     from tests.tinylm import build_tiny_model
@@ -39,30 +45,34 @@ def child(n: int, data_dir: Path, work: Path) -> None:
 
     loaded = load_model(resolve_source(str(build_tiny_model(work / "tiny"))), dtype=torch.float32,
                         device=torch.device("cpu"))
+    engine = Engine(HFBackend(loaded.model, loaded.tokenizer, identity=loaded.identity), batch_size=64,
+                    cache=ResultCache(work / "results.sqlite") if cache else None, progress=False)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.perf_counter()
-    extract_hidden(main, loaded.model, loaded.tokenizer, work / "hidden", model_name="tiny",
-                   model_identity="tiny", bank_version="bench", batch_size=64, progress=False)
+    index = extract_hidden(main, engine, work / "hidden", model_name="tiny", bank_version="bench")
     seconds = time.perf_counter() - t0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"queries": n, "peak_rss_mib": peak / 1024, "rss_before_extraction_mib": before / 1024,
-                      "seconds": seconds}))
+                      "state_mib": len(index.query_ids) * len(index.layers) * index.d_model * 2 / 2**20,
+                      "batches_run": engine.stats.batches_run, "cache": cache, "seconds": seconds}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[4000, 40000])
     parser.add_argument("--data-dir", default=str(REPO.parent / "shared" / "data"))
+    parser.add_argument("--no-cache", action="store_true", help="run without the result cache")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, Path(args.data_dir), Path(args.work))
+        child(args.child, Path(args.data_dir), Path(args.work), cache=not args.no_cache)
         return
     for n in args.sizes:
         with tempfile.TemporaryDirectory() as work:
             out = subprocess.run([sys.executable, __file__, "--child", str(n), "--work", work,
-                                  "--data-dir", args.data_dir], check=True, capture_output=True, text=True)
+                                  "--data-dir", args.data_dir, *(["--no-cache"] if args.no_cache else [])],
+                                 check=True, capture_output=True, text=True)
             print(out.stdout.strip().splitlines()[-1])
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from proctor.backends.select import BackendOptions, backend_record, check_backend_options, open_backend
+from proctor.cache_dir import results_path
 from proctor.data import resolve_data_dir
 from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.engine import Engine, ResultCache
@@ -187,7 +188,7 @@ def evaluate(
         check_backend_options(replace(given.options, tokenizer=None), locate_model=False)
     elif given.backend is None:
         check_backend_options(given.options)
-    result_cache = ResultCache(_cache_path()) if cache else None
+    result_cache = ResultCache(results_path()) if cache else None
     template_option = chat_template_file(chat_template)
     prompts = prompt_options(chat_template=chat_template, fewshot_as_multiturn=fewshot_as_multiturn,
                              system_instruction=system_instruction, num_fewshot=num_fewshot,
@@ -303,12 +304,6 @@ def _think_tags(value: Any) -> Optional[tuple[str, str]]:
             and value[1]):
         return (value[0], value[1])
     raise UserError(f"think_tags must be True or an (opening, closing) pair of tags with a closing tag, got {value!r}")
-
-
-def _cache_path() -> Path:
-    from proctor.cache_dir import cache_root
-
-    return cache_root() / "results.sqlite"
 
 
 def _engine_record(stats: EngineStats, eval_seconds: float) -> EngineRecord:

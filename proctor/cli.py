@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from proctor.factual.cli import add_parser as add_factual
 
-    add_factual(sub, _positive_int)
+    add_factual(sub, _positive_int, _batch_size, _json_object)
     return parser
 
 

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Optional, Sequence, Union
 
+import numpy as np
+
 #: Which reference harness's tokenization a request follows (`proctor.engine.tokens`):
 #: "olmes" — no special tokens, the run's --max-length (default 2048); "lm_eval" — the
 #: tokenizer's own special tokens (BOS for Llama/Gemma), the model's context length.
@@ -70,6 +72,12 @@ def _context_json(context: Context) -> Union[str, dict]:
 def _check_policy(policy: str) -> None:
     if policy not in POLICIES:
         raise ValueError(f"unknown tokenization policy {policy!r}; known: {', '.join(POLICIES)}")
+
+
+def _check_prompt(policy: str, limit: Optional[int]) -> None:
+    _check_policy(policy)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"max_prompt_tokens must be a positive integer or None, got {limit!r}")
 
 
 def _hash(payload: list) -> str:
@@ -137,10 +145,12 @@ class LoglikelihoodResult:
 class Generate:
     """Text generated from `context` (OLMES/lm-eval `generate_until` semantics).
 
-    The context is left-truncated to `max_length - max_gen_toks` tokens; generation stops
-    at the model's EOS, at `max_gen_toks` new tokens, or at the first of `stop`, and the
-    text is cut before that stop sequence. `repeats` samples are drawn; with
-    `do_sample=False` they are all the greedy text.
+    The context is left-truncated to `max_length - max_gen_toks` tokens, and to
+    `max_prompt_tokens` where that is fewer (a prompt limit of the protocol's own, such as
+    the factual probe's 192, whatever the run's --max-length); generation stops at the
+    model's EOS, at `max_gen_toks` new tokens, or at the first of `stop`, and the text is
+    cut before that stop sequence. `repeats` samples are drawn; with `do_sample=False`
+    they are all the greedy text.
     """
 
     context: Context
@@ -151,12 +161,13 @@ class Generate:
     top_p: float = 1.0
     repeats: int = 1
     policy: Policy = "olmes"
+    max_prompt_tokens: Optional[int] = None
     kind: ClassVar[str] = "generate"
 
     def __post_init__(self) -> None:
         if not isinstance(self.stop, tuple):
             raise TypeError("Generate.stop must be a tuple of strings (requests are hashable)")
-        _check_policy(self.policy)
+        _check_prompt(self.policy, self.max_prompt_tokens)
 
     @property
     def key(self) -> str:
@@ -175,6 +186,8 @@ class Generate:
         }
         if self.policy != "olmes":
             out["policy"] = self.policy
+        if self.max_prompt_tokens is not None:  # absent by default: earlier caches stay valid
+            out["max_prompt_tokens"] = self.max_prompt_tokens
         return out
 
 
@@ -211,8 +224,58 @@ class GenerateResult:
     samples: tuple[Generation, ...]
 
 
-Request = Union[Loglikelihood, RollingLoglikelihood, Generate]
-Result = Union[LoglikelihoodResult, GenerateResult]
+HIDDEN_DTYPES: tuple[str, ...] = ("float16", "float32")
+
+
+@dataclass(frozen=True)
+class HiddenStates:
+    """The residual stream at the last token of `context`: the output of each decoder block
+    in `layers` (0-based; block l's output is transformers' `hidden_states[l + 1]`), stored
+    as `dtype`.
+
+    The context is tokenized as a generation context is (the model has read the prompt and
+    is about to answer) and left-truncated to `max_prompt_tokens`, else to the window.
+    Only backends that run the model's layers in this process serve it (transformers).
+    """
+
+    context: Context
+    layers: tuple[int, ...]
+    position: Literal["last"] = "last"
+    max_prompt_tokens: Optional[int] = None
+    dtype: str = "float16"
+    policy: Policy = "olmes"
+    kind: ClassVar[str] = "hidden_states"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.layers, tuple) or not self.layers:
+            raise TypeError("HiddenStates.layers must be a non-empty tuple of block indices")
+        if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in self.layers):
+            raise ValueError(f"HiddenStates.layers must be block indices >= 0, got {self.layers}")
+        if self.position != "last":
+            raise ValueError(f"HiddenStates.position must be 'last', got {self.position!r}")
+        if self.dtype not in HIDDEN_DTYPES:
+            raise ValueError(f"HiddenStates.dtype must be one of {', '.join(HIDDEN_DTYPES)}, got {self.dtype!r}")
+        _check_prompt(self.policy, self.max_prompt_tokens)
+
+    @property
+    def key(self) -> str:
+        return _hash([self.kind, *self.to_dict().values()])
+
+    def to_dict(self) -> dict:
+        return {"request_type": self.kind, "context": _context_json(self.context), "layers": list(self.layers),
+                "position": self.position, "max_prompt_tokens": self.max_prompt_tokens, "dtype": self.dtype,
+                "policy": self.policy}
+
+
+@dataclass(frozen=True, eq=False)
+class HiddenStatesResult:
+    """What the engine returns for one HiddenStates request: [len(layers), d_model] of its dtype."""
+
+    states: np.ndarray
+
+
+Request = Union[Loglikelihood, RollingLoglikelihood, Generate, HiddenStates]
+Result = Union[LoglikelihoodResult, GenerateResult, HiddenStatesResult]
 
 
 def policy_of(request: Request) -> str:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from proctor.backends import hf_generate, load_backend
-from proctor.backends.decoding import eos_token_ids
+from proctor.backends.decoding import model_eos_token_ids
 from proctor.backends.hf_generate import ContinuousBatch, prefix_groups
 from proctor.backends.hf_generate_static import generate_static
 from proctor.engine.gen_plan import GenRow
@@ -53,14 +53,14 @@ def rows_for(backend, *, repeats=3, max_new=10, shared=True):
 
 def continuous(backend, rows, slots, on_done=None, cls=ContinuousBatch):
     head = backend.model.get_output_embeddings()
-    eos = eos_token_ids(backend.model, backend.tokenizer)
+    eos = model_eos_token_ids(backend.model, backend.tokenizer)
     return cls(backend.model.get_decoder(), head, backend.tokenizer, eos, rows, slots, on_done)
 
 
 @pytest.mark.parametrize("slots", [1, 2, 5, 64])
 def test_slot_refill_keeps_samples_identical_to_the_static_loop(backend, slots):
     rows = rows_for(backend)
-    eos = eos_token_ids(backend.model, backend.tokenizer)
+    eos = model_eos_token_ids(backend.model, backend.tokenizer)
     static = generate_static(backend.model, backend.tokenizer, eos, rows, 64)
     done = []
     assert continuous(backend, rows, slots, on_done=lambda i, s: done.append(i)).run() == static

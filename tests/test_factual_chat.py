@@ -11,20 +11,24 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
+from proctor.backends.hf import HFBackend
 from proctor.cli import main
+from proctor.engine import Engine, ResultCache
 from proctor.engine.chat import ChatTemplate
+from proctor.engine.tokens import TokenizationPolicy
 from proctor.errors import UserError
 from proctor.factual.bank import read_bank, write_bank
-from proctor.factual.generate import end_of_turn_ids, generate
-from proctor.factual.hidden import INDEX, extract_hidden, load_hidden
+from proctor.factual.generate import factual_request, generate
+from proctor.factual.hidden import extract_hidden, load_hidden
 from proctor.factual.metrics import check_same_prompts
 from proctor.factual.prompts import build_prompt, chat_prompt, model_prompts, template_record
 from proctor.factual.validate import validate_generations
-from test_factual_generate import ScriptedModel
-from tinylm import build_tiny_model
+from proctor.outputs.hidden_states import INDEX
+from tinylm import build_tiny_model, build_tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -76,37 +80,50 @@ def inst_file(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def result_cache_dir(tmp_path, monkeypatch):
+    """The commands' result cache in the test's own directory: nothing leaks between tests."""
+    monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "proctor-cache"))
+
+
+def engine_of(lm, template: ChatTemplate | None = None, cache: ResultCache | None = None, **options) -> Engine:
+    return Engine(HFBackend(lm.model, lm.tokenizer, identity="tiny"), cache=cache, progress=False,
+                  chat_template=template, **options)
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-class Recording:
-    """A model whose `generate` calls are recorded (the unpadded input ids of each row)."""
+def recording(engine: Engine) -> list[tuple[int, ...]]:
+    """The prompt tokens of every row the engine's backend generates from, as they come."""
+    inputs: list[tuple[int, ...]] = []
+    real = engine.backend.generate
 
-    def __init__(self, model: Any):
-        self.model, self.inputs = model, []
+    def generate_rows(rows, on_done=None, slots=None):
+        inputs.extend(tuple(r.tokens) for r in rows)
+        return real(rows, on_done, slots)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.model, name)
-
-    def generate(self, **kw: Any) -> Any:
-        for ids, mask in zip(kw["input_ids"].tolist(), kw["attention_mask"].tolist()):
-            self.inputs.append([t for t, m in zip(ids, mask) if m])
-        return self.model.generate(**kw)
+    engine.backend.generate = generate_rows
+    return inputs
 
 
-class Dying(Recording):
-    """Fails after `batches` generate calls, leaving a partial file behind."""
+def dying(engine: Engine, after: int) -> Engine:
+    """The engine's backend fails once `after` requests are done (each stored in the cache first)."""
+    real = engine.backend.generate
 
-    def __init__(self, model: Any, batches: int):
-        super().__init__(model)
-        self.batches = batches
+    def generate_rows(rows, on_done=None, slots=None):
+        done = []
 
-    def generate(self, **kw: Any) -> Any:
-        if self.batches == 0:
-            raise RuntimeError("killed")
-        self.batches -= 1
-        return self.model.generate(**kw)
+        def counted(i, samples):
+            on_done(i, samples)
+            done.append(i)
+            if len(done) == after:
+                raise RuntimeError("killed")
+        return real(rows, counted, slots)
+
+    engine.backend.generate = generate_rows
+    return engine
 
 
 def greedy_alone(model: Any, ids: list[int], eos: list[int]) -> list[int]:
@@ -125,6 +142,9 @@ def test_the_default_keeps_the_seeds_prompt_bytes(tiny):
     assert model_prompts(rows, tiny.tokenizer) == [build_prompt(r) for r in rows]
     assert model_prompts(rows[:1], tiny.tokenizer)[0] == SEED_ANCHOR
     assert template_record(None) is None
+    engine = engine_of(tiny)
+    assert [engine.policy.text(factual_request(r, chat=False).context) for r in rows] == model_prompts(
+        rows, tiny.tokenizer)
 
 
 def test_a_chat_prompt_is_one_user_turn_with_the_generation_prompt(tiny, chatml, inst_file):
@@ -138,13 +158,27 @@ def test_a_chat_prompt_is_one_user_turn_with_the_generation_prompt(tiny, chatml,
     assert chat_prompt(anchor, inst, tiny.tokenizer) == f"[INST] {SEED_ANCHOR} [/INST] Answer briefly:"
     assert template_record(chatml) == {"origin": "tokenizer", "digest": chatml.digest}
     assert template_record(inst) == {"origin": str(inst_file), "digest": inst.digest} != template_record(chatml)
+    # the engine renders a chat request to the same text
+    request = factual_request(anchor, chat=True)
+    assert request.policy == "olmes" and request.max_prompt_tokens == 192 and request.max_gen_toks == 24
+    assert engine_of(tiny, chatml).policy.text(request.context) == CHAT_ANCHOR
+    assert engine_of(tiny, inst).policy.text(request.context) == chat_prompt(anchor, inst, tiny.tokenizer)
 
 
-def test_the_end_of_turn_is_a_stop_token_besides_the_eos(tiny, chatml):
-    tok = tiny.tokenizer
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    assert end_of_turn_ids(None, tok) == [] and end_of_turn_ids(chatml, tok, [im_end]) == []
-    assert end_of_turn_ids(chatml, tok, [tok.convert_tokens_to_ids("<|endoftext|>")]) == [im_end]
+def test_the_end_of_turn_is_a_stop_string_of_chat_requests(tiny, chatml, inst_file):
+    row = make_rows(1)[0]
+    chat, seed = factual_request(row, chat=True), factual_request(row, chat=False)
+    assert chat.stop == seed.stop == ()
+    assert engine_of(tiny, chatml).policy.stop(chat) == ("<|im_end|>",)
+    assert engine_of(tiny).policy.stop(seed) == ()  # the seed's protocol: the model's EOS only
+    # a model whose EOS is not the template's end of turn still stops there
+    tok = build_tokenizer(chat=True)
+    tok.eos_token = "<|endoftext|>"
+    assert TokenizationPolicy(tok, max_length=2048, chat_template=ChatTemplate.resolve(None, tok)).stop(chat) == (
+        "<|im_end|>",)
+    # a template that ends turns with no special token adds no stop
+    inst = ChatTemplate.resolve(str(inst_file), tiny.tokenizer)
+    assert engine_of(tiny, inst).policy.stop(chat) == ()
 
 
 # ---------------------------------------------------------------- generation
@@ -152,163 +186,182 @@ def test_the_end_of_turn_is_a_stop_token_besides_the_eos(tiny, chatml):
 
 def test_a_default_run_writes_the_seeds_rows_from_the_seeds_tokens(tiny_bos, tmp_path):
     rows = make_rows(5)
-    model = Recording(tiny_bos.model)
-    generate(rows, model, tiny_bos.tokenizer, tmp_path / "gen.jsonl", model_name="tiny", batch_size=2,
-             progress=False)
+    engine = engine_of(tiny_bos, batch_size=2)
+    inputs = recording(engine)
+    generate(rows, engine, tmp_path / "gen.jsonl", model_name="tiny")
     got = read_jsonl(tmp_path / "gen.jsonl")
     assert [list(g) for g in got] == [SEED_FIELDS] * 5
     assert [g["prompt"] for g in got] == [build_prompt(r) for r in rows] and got[0]["prompt"] == SEED_ANCHOR
     bos = tiny_bos.tokenizer.bos_token_id
-    assert sorted(model.inputs) == sorted(tiny_bos.tokenizer(g["prompt"])["input_ids"] for g in got)
-    assert all(ids[0] == bos for ids in model.inputs)  # the tokenizer's special tokens, as before
+    assert sorted(inputs) == sorted(tuple(tiny_bos.tokenizer(g["prompt"])["input_ids"]) for g in got)
+    assert all(ids[0] == bos for ids in inputs)  # the tokenizer's special tokens, as before
+    assert json.loads((tmp_path / "gen.provenance.json").read_text())["chat_template"] is None
 
 
 def test_a_chat_run_renders_records_and_generates_from_the_template_tokens(tiny_bos, tmp_path):
     tok = tiny_bos.tokenizer
     template = ChatTemplate.resolve(None, tok)
     rows = make_rows(5)
-    model = Recording(tiny_bos.model)
-    stats = generate(rows, model, tok, tmp_path / "gen.jsonl", model_name="tiny", batch_size=2, progress=False,
-                     chat_template=template)
+    engine = engine_of(tiny_bos, template, batch_size=2)
+    inputs = recording(engine)
+    stats = generate(rows, engine, tmp_path / "gen.jsonl", model_name="tiny")
     got = read_jsonl(tmp_path / "gen.jsonl")
-    assert stats.generated_rows == 5 and got[0]["prompt"] == CHAT_ANCHOR
+    assert (stats.generated, stats.cached) == (5, 0) and got[0]["prompt"] == CHAT_ANCHOR
     record = {"origin": "tokenizer", "digest": template.digest}
+    assert json.loads((tmp_path / "gen.provenance.json").read_text())["chat_template"] == record
     for row, g in zip(rows, got):
         assert list(g) == [*SEED_FIELDS, "chat_template"] and g["chat_template"] == record
         assert g["prompt"] == chat_prompt(row, template, tok)
         ids = tok(g["prompt"], add_special_tokens=False)["input_ids"]
-        assert ids[0] != tok.bos_token_id and ids in model.inputs  # no BOS the template does not write
+        assert ids[0] != tok.bos_token_id and tuple(ids) in inputs  # no BOS the template does not write
         new = greedy_alone(tiny_bos.model, ids, [tok.eos_token_id])
         assert g["raw_response"] == tok.decode(new, skip_special_tokens=True)
 
 
-def test_a_chat_reply_ends_at_the_templates_end_of_turn(tmp_path):
-    from tinylm import build_tokenizer
-
-    tok = build_tokenizer(chat=True)
-    tok.eos_token = "<|endoftext|>"  # a model whose EOS is not the template's end of turn
+def test_a_chat_reply_ends_at_the_templates_end_of_turn(tiny, tmp_path):
+    """A model whose EOS is not the template's end of turn, made to say <|im_end|> mid-reply:
+    transformers' own greedy run (EOS only) goes on after it; the probe's reply ends there."""
+    lm = load(tiny.dir)  # a copy of its own: its head is changed below
+    tok, model = lm.tokenizer, lm.model
+    eot, im_end = tok.convert_tokens_to_ids("<|endoftext|>"), tok.convert_tokens_to_ids("<|im_end|>")
+    tok.eos_token = "<|endoftext|>"
+    model.generation_config.eos_token_id = eot
     template = ChatTemplate.resolve(None, tok)
-    rows = make_rows(2)
-    prompts = model_prompts(rows, tok, template)
-    words = tok.encode(" Mercury", add_special_tokens=False)
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    scripts = {prompts[0]: words + [im_end] + words * 3, prompts[1]: (words * 30)[:24]}
-    generate(rows, ScriptedModel(tok, scripts), tok, tmp_path / "gen.jsonl", model_name="m", progress=False,
-             chat_template=template)
+    rows = make_rows(4)
+    ids = [tok(chat_prompt(r, template, tok), add_special_tokens=False)["input_ids"] for r in rows]
+    with torch.no_grad():  # <|im_end|> wins where the token row 0 says 4th would, and a little more often
+        head = model.get_output_embeddings().weight
+        head[im_end] = 1.05 * head[greedy_alone(model, ids[0], [eot])[3]]
+    free = [greedy_alone(model, x, [eot]) for x in ids]
+    at = free[0].index(im_end)
+    assert 0 < at < 23  # transformers itself does not stop at the end of turn
+
+    generate(rows, engine_of(lm, template), tmp_path / "gen.jsonl", model_name="m")
     got = read_jsonl(tmp_path / "gen.jsonl")
-    assert [(g["raw_response"], g["generated_tokens"], g["finish_reason"]) for g in got] == [
-        (" Mercury", len(words), "stop"), (tok.decode(scripts[prompts[1]]), 24, "length")]
+    assert (got[0]["generated_tokens"], got[0]["finish_reason"]) == (at, "stop")
+    assert got[0]["raw_response"] == tok.decode(free[0][:at]) and "<|im_end|>" not in got[0]["raw_response"]
+    for g, x, run in zip(got, ids, free):
+        reply = greedy_alone(model, x, [eot, im_end])
+        assert g["raw_response"] == tok.decode(reply, skip_special_tokens=True)
+        ended = im_end in run[:24] or len(run) < 24
+        assert (g["generated_tokens"], g["finish_reason"]) == (len(reply), "stop" if ended else "length")
 
 
 # ---------------------------------------------------------------- resume and existing files
 
 
-def interrupted(tiny, rows, out: Path, **kwargs) -> Path:
-    """A partial file of one finished batch."""
-    with pytest.raises(RuntimeError, match="killed"):
-        generate(rows, Dying(tiny.model, 1), tiny.tokenizer, out, model_name="tiny", batch_size=2,
-                 progress=False, **kwargs)
-    partial = Path(f"{out}.partial")
-    assert len(partial.read_text().splitlines()) == 1 + 2
-    return partial
-
-
-def test_resume_never_mixes_rows_of_two_prompt_formats(tiny, chatml, inst_file, tmp_path):
-    rows = make_rows(6)
+def test_a_killed_run_resumes_only_under_its_own_prompt_format(tiny, chatml, inst_file, tmp_path):
+    rows = make_rows(6)  # 6 distinct prompts
     inst = ChatTemplate.resolve(str(inst_file), tiny.tokenizer)
     whole = tmp_path / "whole.jsonl"
-    generate(rows, tiny.model, tiny.tokenizer, whole, model_name="tiny", batch_size=2, progress=False,
-             chat_template=chatml)
+    generate(rows, engine_of(tiny, chatml, batch_size=2), whole, model_name="tiny")
 
+    path = tmp_path / "cache.sqlite"
     out = tmp_path / "gen.jsonl"
-    partial = interrupted(tiny, rows, out, chat_template=chatml)
-    before = partial.read_bytes()
-    for other, said in [(None, "no chat template"), (inst, f"chat template {inst_file}")]:
-        with pytest.raises(UserError, match=f"made with chat template tokenizer .*now with {said}.*"
-                                            "never mixed.*same --chat-template setting to resume"):
-            generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False,
-                     chat_template=other)
-        assert partial.read_bytes() == before  # refused before touching it
-    stats = generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False,
-                     chat_template=chatml)
-    assert (stats.resumed_rows, stats.generated_rows) == (2, 4)
+    with pytest.raises(RuntimeError, match="killed"):
+        generate(rows, dying(engine_of(tiny, chatml, ResultCache(path), batch_size=2), 2), out, model_name="tiny")
+    assert not out.exists()  # nothing half-written
+
+    for other in (None, inst):  # the cache holds the chat run's replies under its template only
+        elsewhere = tmp_path / f"other-{other is None}.jsonl"
+        stats = generate(rows, engine_of(tiny, other, ResultCache(path), batch_size=2), elsewhere,
+                         model_name="tiny")
+        assert (stats.cached, stats.generated) == (0, 6)
+        assert {json.dumps(g.get("chat_template")) for g in read_jsonl(elsewhere)} == {
+            json.dumps(template_record(other))}
+
+    stats = generate(rows, engine_of(tiny, chatml, ResultCache(path), batch_size=2), out, model_name="tiny")
+    assert (stats.cached, stats.generated) == (2, 4)
     assert out.read_bytes() == whole.read_bytes()
 
 
-def test_a_seed_partial_is_not_resumed_with_a_template_even_from_before_the_field(tiny, chatml, tmp_path):
-    rows = make_rows(6)
-    out = tmp_path / "gen.jsonl"
-    partial = interrupted(tiny, rows, out)
-    lines = partial.read_text().splitlines(keepends=True)
-    header = json.loads(lines[0])
-    assert header["chat_template"] is None
-    del header["chat_template"]  # as the partial files written before chat templates existed
-    partial.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
-    with pytest.raises(UserError, match=r"made with no chat template \(the seed's protocol\), now with chat "
-                                        "template tokenizer"):
-        generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False,
-                 chat_template=chatml)
-    stats = generate(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", batch_size=2, progress=False)
-    assert stats.resumed_rows == 2 and all("chat_template" not in g for g in read_jsonl(out))
-
-
-def test_a_finished_file_of_another_format_is_refused(tiny, chatml, tmp_path):
+def test_a_finished_file_of_another_format_is_refused(tiny, chatml, inst_file, tmp_path):
     rows = make_rows(4)
+    inst = ChatTemplate.resolve(str(inst_file), tiny.tokenizer)
     seed, chat = tmp_path / "seed.jsonl", tmp_path / "chat.jsonl"
-    generate(rows, tiny.model, tiny.tokenizer, seed, model_name="tiny", progress=False)
-    generate(rows, tiny.model, tiny.tokenizer, chat, model_name="tiny", progress=False, chat_template=chatml)
+    generate(rows, engine_of(tiny), seed, model_name="tiny")
+    generate(rows, engine_of(tiny, chatml), chat, model_name="tiny")
+    before = seed.read_bytes(), chat.read_bytes()
+    # seed rows carry no chat_template field (as files written before the field): the seed's protocol
+    assert all("chat_template" not in g for g in read_jsonl(seed))
     with pytest.raises(UserError, match="holds generations made with no chat template .*not chat template "
                                         "tokenizer.*another --name"):
-        generate(rows, tiny.model, tiny.tokenizer, seed, model_name="tiny", progress=False, chat_template=chatml)
+        generate(rows, engine_of(tiny, chatml), seed, model_name="tiny")
     with pytest.raises(UserError, match="made with chat template tokenizer .*, not no chat template"):
-        generate(rows, tiny.model, tiny.tokenizer, chat, model_name="tiny", progress=False)
-    again = generate(rows, tiny.model, tiny.tokenizer, chat, model_name="tiny", progress=False,
-                     chat_template=chatml)
-    assert again.already_complete
+        generate(rows, engine_of(tiny), chat, model_name="tiny")
+    with pytest.raises(UserError, match=f"made with chat template tokenizer .*, not chat template {inst_file}"):
+        generate(rows, engine_of(tiny, inst), chat, model_name="tiny")
+    assert (seed.read_bytes(), chat.read_bytes()) == before  # refused before touching them
+    for path, template in ((seed, None), (chat, chatml)):
+        engine = engine_of(tiny, template)
+        inputs = recording(engine)
+        again = generate(rows, engine, path, model_name="tiny")
+        assert again.already_complete and again.generated == 0 and inputs == []
 
 
 # ---------------------------------------------------------------- hidden states
+
+
+def extract(engine: Engine, rows: list[dict], out: Path):
+    return extract_hidden(rows, engine, out, model_name="tiny", bank_version="v")
 
 
 def test_chat_states_are_read_at_the_rendered_prompts_last_token(tiny_bos, tmp_path):
     tok = tiny_bos.tokenizer
     template = ChatTemplate.resolve(None, tok)
     rows = make_rows(5)
-    index = extract_hidden(rows, tiny_bos.model, tok, tmp_path / "h", model_name="tiny", model_identity="t",
-                           bank_version="v", batch_size=2, progress=False, chat_template=template)
+    engine = engine_of(tiny_bos, template, batch_size=2)
+    index = extract(engine, rows, tmp_path / "h")
+    assert engine.stats.batches_run == 3  # padded batches
     assert index.chat_template == {"origin": "tokenizer", "digest": template.digest}
     assert json.loads((tmp_path / "h" / INDEX).read_text())["chat_template"] == index.chat_template
     states = load_hidden(tmp_path / "h")
     assert states.index.chat_template == index.chat_template
+    seed = extract(engine_of(tiny_bos), rows, tmp_path / "seed")
+    seed_states = load_hidden(tmp_path / "seed")
     with torch.inference_mode():
         for i, row in enumerate(rows):
             ids = tok(chat_prompt(row, template, tok), add_special_tokens=False)["input_ids"]
+            assert ids[0] != tok.bos_token_id  # no BOS the template does not write
             assert ids[-3:] == tok("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"][-3:]
             out = tiny_bos.model(torch.tensor([ids]), output_hidden_states=True)
             for layer in index.layers:
                 alone = out.hidden_states[layer + 1][0, -1].to(torch.float16).numpy()
                 assert abs(states.layers[layer][i].astype("float32") - alone.astype("float32")).max() < 2e-3
+                assert not np.array_equal(states.layers[layer][i], seed_states.layers[layer][i])
+    assert seed.chat_template is None
 
 
-def test_hidden_states_of_another_format_are_never_resumed(tiny, chatml, tmp_path):
+def test_hidden_states_of_another_format_are_never_resumed(tiny, chatml, inst_file, tmp_path):
     rows = make_rows(4)
     out = tmp_path / "h"
-    seed = extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
-                          bank_version="v", progress=False)
+    path = tmp_path / "cache.sqlite"
+    seed = extract(engine_of(tiny, cache=ResultCache(path)), rows, out)
     assert seed.chat_template is None
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     with pytest.raises(UserError, match=r"holds a finished extraction made with no chat template \(the seed's "
                                         r"protocol\), not chat template tokenizer"):
-        extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
-                       bank_version="v", progress=False, chat_template=chatml)
+        extract(engine_of(tiny, chatml), rows, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    # the cache never hands one format's states to another
+    chat = engine_of(tiny, chatml, ResultCache(path))
+    extract(chat, rows, tmp_path / "chat")
+    assert chat.stats.batches_run > 0
+    inst = ChatTemplate.resolve(str(inst_file), tiny.tokenizer)
+    with pytest.raises(UserError, match=f"holds a finished extraction made with chat template tokenizer .*not "
+                                        f"chat template {inst_file}"):
+        extract(engine_of(tiny, inst), rows, tmp_path / "chat")
+
     data = json.loads((out / INDEX).read_text())
     del data["chat_template"]  # an index written before the field: the seed's protocol
-    (out / INDEX).write_text(json.dumps({**data, "complete": False, "batches_done": 0}))
+    (out / INDEX).write_text(json.dumps({**data, "complete": False}))
     with pytest.raises(UserError, match="holds an unfinished extraction made with no chat template"):
-        extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
-                       bank_version="v", progress=False, chat_template=chatml)
-    again = extract_hidden(rows, tiny.model, tiny.tokenizer, out, model_name="tiny", model_identity="t",
-                           bank_version="v", progress=False)
-    assert again.complete and again.chat_template is None
+        extract(engine_of(tiny, chatml), rows, out)
+    rerun = engine_of(tiny, cache=ResultCache(path))
+    again = extract(rerun, rows, out)
+    assert again.complete and again.chat_template is None and rerun.stats.batches_run == 0
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != INDEX} == {
+        k: v for k, v in before.items() if k != INDEX}
 
 
 def test_metrics_refuse_scored_rows_and_states_of_two_formats(chatml):
@@ -492,8 +545,9 @@ def test_smollm2_chat_generations_equal_transformers_own_chat_generation(tmp_pat
              "query": "What is the capital of France?"},
             {"query_id": "q2", "fact_id": "f2", "condition_family": "paraphrase",
              "query": "The capital city of Germany is called what?"}]
-    generate(rows, loaded.model, tok, tmp_path / "gen.jsonl", model_name="smollm2", progress=False,
-             chat_template=template)
+    engine = Engine(HFBackend(loaded.model, tok, identity=loaded.identity), progress=False, chat_template=template)
+    assert engine.policy.stop(factual_request(rows[0], chat=True)) == ("<|im_end|>",)
+    generate(rows, engine, tmp_path / "gen.jsonl", model_name="smollm2")
     got = read_jsonl(tmp_path / "gen.jsonl")
     for row, g in zip(rows, got):
         messages = [{"role": "user", "content": build_prompt(row)}]

@@ -28,8 +28,18 @@ def small_bank(data_dir, path, facts: int):
     return read_bank(path)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def result_cache(tmp_path_factory):
+    """The commands' result cache ($PROCTOR_CACHE_DIR/results.sqlite) in this module's own
+    directory, never the user's."""
+    directory = tmp_path_factory.mktemp("proctor-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PROCTOR_CACHE_DIR", str(directory))
+        yield directory / "results.sqlite"
+
+
 @pytest.fixture(scope="module")
-def tiny_run(data_dir, tmp_path_factory):
+def tiny_run(data_dir, tmp_path_factory, result_cache):
     """A whole `factual run` with a tiny random model on 60 real facts."""
     root = tmp_path_factory.mktemp("factual")
     model = build_tiny_model(root / "tiny")
@@ -62,14 +72,88 @@ def test_run_writes_every_file_of_the_seed_layout(tiny_run):
     assert metrics["conditions"]["paraphrase"]["iss"]["n_pairs"] > 0
 
 
-def test_rerunning_finds_everything_done(tiny_run, capsys):
+def test_rerunning_finds_everything_done(tiny_run, result_cache, capsys):
     root, bank, out = tiny_run
+    assert result_cache.is_file()  # the run kept its results in $PROCTOR_CACHE_DIR
     before = {p: p.read_bytes() for p in (out / "hidden" / "tiny").iterdir()}
     code = main(["factual", "run", "--bank", str(root / "bank.jsonl"), "--model", str(root / "tiny"),
                  "--name", "tiny", "--output-dir", str(out), "--no-progress", "--bootstrap", "50"])
     assert code == 0
     assert "already holds every query" in capsys.readouterr().out
     assert before == {p: p.read_bytes() for p in (out / "hidden" / "tiny").iterdir()}
+
+
+def test_a_new_output_dir_is_filled_from_the_result_cache(tiny_run, tmp_path, capsys):
+    root, bank, out = tiny_run
+    args = ["--bank", str(root / "bank.jsonl"), "--model", str(root / "tiny"), "--name", "tiny",
+            "--output-dir", str(tmp_path / "out"), "--no-progress"]
+    assert main(["factual", "generate", *args]) == 0
+    said = capsys.readouterr().out
+    prompts = {json.loads(line)["prompt"] for line in (out / "generations" / "tiny.jsonl").read_text().splitlines()}
+    assert f"(0 prompts generated, {len(prompts)} from the result cache" in said  # no model work
+    assert (tmp_path / "out" / "generations" / "tiny.jsonl").read_bytes() == \
+        (out / "generations" / "tiny.jsonl").read_bytes()
+    provenance = json.loads((tmp_path / "out" / "generations" / "tiny.provenance.json").read_text())
+    assert provenance["bank_version"] == bank.version and provenance["backend"] == "hf"
+
+
+def test_hidden_with_a_batch_size_and_no_cache(tiny_run, tmp_path, monkeypatch, capsys):
+    root, bank, out = tiny_run
+    monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    args = ["factual", "hidden", "--bank", str(root / "bank.jsonl"), "--model", str(root / "tiny"),
+            "--name", "tiny", "--output-dir", str(tmp_path / "out"), "--no-progress", "--batch-size", "3",
+            "--no-cache"]
+    assert main(args) == 0
+    assert "wrote" in capsys.readouterr().out
+    assert not (tmp_path / "cache").exists()  # --no-cache: neither read nor stored
+    fresh, first = load_hidden(tmp_path / "out" / "hidden" / "tiny"), load_hidden(out / "hidden" / "tiny")
+    index = json.loads((tmp_path / "out" / "hidden" / "tiny" / "index.json").read_text())
+    assert "batch_size" not in index and index["format"] == "proctor-factual-hidden/2"
+    assert fresh.index.query_ids == first.index.query_ids and fresh.index.layers == first.index.layers
+    for layer, array in fresh.layers.items():  # another batching: the same states, to float16 precision
+        np.testing.assert_allclose(array.astype(np.float32), first.layers[layer].astype(np.float32),
+                                   rtol=1e-3, atol=1e-3)
+
+
+def assert_one_error_line(code: int, err: str, *fragments: str) -> None:
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("proctor: error: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+
+
+@pytest.mark.parametrize("step", ["hidden", "run"])
+@pytest.mark.parametrize("option", [["--backend", "hf"], ["--threads", "2"], ["--base-url", "http://127.0.0.1:1/v1"],
+                                    ["--tokenizer", "gpt2"], ["--concurrency", "2"]])
+def test_steps_with_hidden_states_take_no_backend_options(step, option, tmp_path, capsys):
+    """Hidden states need the model's blocks in this process: `factual hidden` (and `run`,
+    which extracts them) are transformers only."""
+    out = tmp_path / "out"
+    code = main(["factual", step, "--bank", str(tmp_path / "bank.jsonl"), "--output-dir", str(out), *option])
+    assert_one_error_line(code, capsys.readouterr().err, f"unrecognized arguments: {option[0]}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("step, options, said", [
+    ("generate", ["--backend", "llamacpp", "--threads", "0"], "argument --threads: must be a positive whole number"),
+    ("generate", ["--threads", "2"], "--threads does not apply to --backend hf"),
+    ("generate", ["--backend", "llamacpp", "--base-url", "http://127.0.0.1:1/v1"],
+     "--base-url does not apply to --backend llamacpp"),
+    ("generate", ["--backend", "openai", "--threads", "4"], "--threads does not apply to --backend openai"),
+    ("generate", ["--backend", "nope"], "argument --backend: invalid choice: 'nope'"),
+    ("generate", ["--batch-size", "0"], "argument --batch-size: must be a positive whole number"),
+    ("hidden", ["--batch-size", "many"], "argument --batch-size: expected a whole number"),
+    ("generate", ["--backend", "openai", "--openai-extra", "[1]"], "--openai-extra: expected a JSON object"),
+    ("generate", ["--concurrency", "3"], "--concurrency does not apply to --backend hf"),
+])
+def test_bad_model_options_are_one_clear_error(tiny_run, tmp_path, capsys, step, options, said):
+    root, bank, out = tiny_run
+    fresh = tmp_path / "out"
+    code = main(["factual", step, "--bank", str(root / "bank.jsonl"), "--model", str(root / "tiny"),
+                 "--output-dir", str(fresh), "--no-progress", *options])
+    assert_one_error_line(code, capsys.readouterr().err, said)
+    assert not fresh.exists()  # refused before any model work or output
 
 
 def test_metrics_with_the_best_anchor_layer(tiny_run, tmp_path):
@@ -174,3 +258,23 @@ def test_real_smollm2_run(data_dir, tmp_path):
         stored = hidden.layers[layer][-1].astype(np.float32)
         expected = direct[layer + 1][0, -1].float().numpy()
         assert np.allclose(stored, expected, rtol=2e-3, atol=2e-2), layer
+
+
+@pytest.mark.slow  # torchrun: two processes, over 3 s
+def test_two_torchrun_ranks_write_what_one_process_writes(tiny_run, tmp_path):
+    """Every rank generates and extracts its share, rank 0 writes: the same bytes as one
+    process (whose files `tiny_run` made), from a cache of its own."""
+    import os
+    import subprocess
+    import sys
+
+    root, bank, out = tiny_run
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+               "proctor", "factual", "run", "--bank", str(root / "bank.jsonl"), "--model", str(root / "tiny"),
+               "--name", "tiny", "--output-dir", str(tmp_path / "out"), "--no-progress", "--bootstrap", "50"]
+    env = dict(os.environ, PROCTOR_CACHE_DIR=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("wrote ") == 4  # rank 0 alone reports its four files
+    for path in ["generations/tiny.jsonl", "hidden/tiny/L001.npy", "scored/tiny.scored.jsonl", "metrics/tiny.json"]:
+        assert (tmp_path / "out" / path).read_bytes() == (out / path).read_bytes(), path

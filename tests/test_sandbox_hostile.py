@@ -713,9 +713,8 @@ def test_a_killed_evaluator_leaves_no_sandbox_running_and_the_next_run_cleans_up
         time.sleep(0.1)
     else:
         pytest.fail(f"still running after the evaluator died: {live} / launchers {launchers}")
-    if INFO.cgroups:
-        assert groups, "expected the dead evaluator's cgroups to be left over"
-    # The next run (in this process) removes them.
+    # The dead evaluator's cgroups are left over (unless a sandbox run of another process, such
+    # as the other pytest-xdist worker's, removed them already); the next run removes them.
     assert run("pass").passed
     assert _run_cgroups(evaluator.pid) == []
 

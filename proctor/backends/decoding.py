@@ -59,17 +59,22 @@ def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generat
     return sample_tokens(logits[None, :], temperature, top_p, [generator])[0]
 
 
-def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
-    """The model's end tokens: the tokenizer's EOS and the generation config's (int or list)."""
+def eos_token_ids(tokenizer: Any, configured: Any) -> frozenset[int]:
+    """The model's end tokens: the tokenizer's EOS and the generation config's `eos_token_id`
+    (`configured`: an int, a list of them, or None)."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(config_eos, int):
-        ids.add(config_eos)
-    elif isinstance(config_eos, (list, tuple)):
-        ids.update(int(i) for i in config_eos)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif isinstance(configured, (list, tuple)):
+        ids.update(int(i) for i in configured)
     return frozenset(ids)
+
+
+def model_eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """`eos_token_ids` of a transformers model (its `generation_config`)."""
+    return eos_token_ids(tokenizer, getattr(getattr(model, "generation_config", None), "eos_token_id", None))
 
 
 def row_generator(seed: int, device: torch.device) -> torch.Generator:

@@ -12,13 +12,15 @@ rows whose position ids continue after the prefix.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
+import numpy as np
 import torch
 
 from proctor.backends.models import load_model
 from proctor.backends.packed_attention import NAME as PACKED
 from proctor.backends.packed_attention import PackedLayout, packed
+from proctor.backends.padding import left_padded, right_padded
 from proctor.backends.prefix_kv import run_prefix
 from proctor.backends.sources import resolve_source
 from proctor.engine.plan import Readout, Row
@@ -46,6 +48,7 @@ _CPU_TOKEN_BUDGET = 1024  # measured: smaller CPU batches run faster per token (
 _PROBE_TOKENS = 2048  # tokens of the memory probe that sizes CUDA batches
 _MEMORY_USE = 0.8     # share of the free memory a CUDA batch may fill
 _HEAD_CHUNK = 2048  # positions per LM-head + log-softmax chunk
+T = TypeVar("T")
 
 
 def resolve_device(device: Optional[str]) -> torch.device:
@@ -181,14 +184,8 @@ class HFBackend:
         its parent's). Running out of memory raises BatchTooLarge, so the engine can split
         the batch.
         """
-        try:
-            return self._score(rows, prefix, tuple(parents))
-        except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
-            if not _is_out_of_memory(e):
-                raise
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        raise BatchTooLarge(f"{len(rows)} rows of up to {max(len(r.tokens) for r in rows)} tokens")
+        return self._fitting(lambda: self._score(rows, prefix, tuple(parents)),
+                             lambda: f"{len(rows)} rows of up to {max(len(r.tokens) for r in rows)} tokens")
 
     @torch.inference_mode()
     def _score(
@@ -212,7 +209,7 @@ class HFBackend:
         if self.shares_prefixes:
             logits = self._packed_logits_at(prefix, rows, parents, offsets, list(slots))
         else:
-            logits = self._logits_at(_right_padded(rows).to(self.device), list(slots))
+            logits = self._logits_at(right_padded([r.tokens for r in rows]).to(self.device), list(slots))
         slot_idx = torch.tensor([w[0] for w in wanted], device=self.device)
         targets = torch.tensor([w[1] for w in wanted], device=self.device)
         logprobs, greedy = _score_slots(logits, slot_idx, targets)
@@ -273,6 +270,28 @@ class HFBackend:
         head = self.model.get_output_embeddings()
         return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
 
+    def decoder_shape(self) -> tuple[int, int]:
+        """(decoder blocks, hidden size): the blocks HiddenStates requests may read."""
+        config = self.model.config
+        config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        return int(config.num_hidden_layers), int(config.hidden_size)
+
+    def hidden_states(self, rows: Sequence[tuple[int, ...]], layers: Sequence[int], dtype: str) -> np.ndarray:
+        """[rows, len(layers), hidden size] of `dtype`: block l's output (`hidden_states[l + 1]`)
+        at each row's last token, from one left-padded forward of the decoder stack (no LM
+        head, so no [batch, length, vocab] logits). Out of memory raises BatchTooLarge."""
+        return self._fitting(lambda: self._hidden_states(rows, layers, dtype),
+                             lambda: f"{len(rows)} rows of up to {max(len(r) for r in rows)} tokens")
+
+    @torch.inference_mode()
+    def _hidden_states(self, rows: Sequence[tuple[int, ...]], layers: Sequence[int], dtype: str) -> np.ndarray:
+        self.forward_calls += 1
+        ids, mask, positions = left_padded(rows, self.device)
+        out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                    output_hidden_states=True, use_cache=False)
+        states = torch.stack([out.hidden_states[layer + 1][:, -1, :] for layer in layers], dim=1)
+        return states.to(_DTYPES[dtype]).cpu().numpy()
+
     def generate(self, rows: Sequence[Any], on_done: Optional[Any] = None,
                  slots: Optional[int] = None) -> list[tuple[Any, ...]]:
         """Each GenRow's samples, decoding at most `slots` samples at a time (None: all of them).
@@ -281,23 +300,30 @@ class HFBackend:
         proctor's packed attention, else static batches over transformers' cache
         (`hf_generate_static.py`). Out of memory raises BatchTooLarge.
         """
-        from proctor.backends.decoding import eos_token_ids
+        from proctor.backends.decoding import model_eos_token_ids
         from proctor.backends.hf_generate import generate_rows
         from proctor.backends.hf_generate_static import generate_static
 
         slots = slots or sum(len(r.seeds) for r in rows)
-        eos = eos_token_ids(self.model, self.tokenizer)
+        eos = model_eos_token_ids(self.model, self.tokenizer)
+        if self.shares_prefixes:
+            decoder = self.model.get_decoder()
+            return self._fitting(lambda: generate_rows(decoder, self._head_at, self.tokenizer, eos, rows, slots,
+                                                       on_done), lambda: f"{slots} generation slots")
+        return self._fitting(lambda: generate_static(self.model, self.tokenizer, eos, rows, slots, on_done),
+                             lambda: f"{slots} generation slots")
+
+    def _fitting(self, work: Callable[[], T], what: Callable[[], str]) -> T:
+        """`work()`, with running out of memory raised as BatchTooLarge(what()) so the engine
+        can split the work (raised after the failed call's tensors are freed)."""
         try:
-            if self.shares_prefixes:
-                return generate_rows(self.model.get_decoder(), self._head_at, self.tokenizer, eos, rows, slots,
-                                     on_done)
-            return generate_static(self.model, self.tokenizer, eos, rows, slots, on_done)
-        except RuntimeError as e:
+            return work()
+        except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
             if not _is_out_of_memory(e):
                 raise
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        raise BatchTooLarge(f"{slots} generation slots")
+        raise BatchTooLarge(what())
 
 
 def fill_budget(free_bytes: int, probe_tokens: int, probe_bytes: int, *, max_length: int) -> int:
@@ -308,13 +334,6 @@ def fill_budget(free_bytes: int, probe_tokens: int, probe_bytes: int, *, max_len
     per_token = max(probe_bytes, 1) / probe_tokens
     budget = int(free_bytes * _MEMORY_USE / per_token) // 256 * 256
     return max(budget, max_length)
-
-
-def _right_padded(rows: Sequence[Row]) -> torch.Tensor:
-    ids = torch.zeros((len(rows), max(len(r.tokens) for r in rows)), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row.tokens)] = torch.tensor(row.tokens, dtype=torch.long)
-    return ids
 
 
 def _is_out_of_memory(error: RuntimeError) -> bool:

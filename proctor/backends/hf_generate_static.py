@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from transformers import DynamicCache
 
+from proctor.backends.padding import left_padded
 from proctor.backends.prefix_kv import cache_keyword
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
 from proctor.engine.gen_plan import GenRow
@@ -116,14 +117,7 @@ def _generate_batch(
 
 def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device, keyword: str):
     """Cache, last-position logits, attention mask and next position of each row's prompt."""
-    longest = max(len(r.tokens) for r in rows)
-    ids = torch.zeros((len(rows), longest), dtype=torch.long)
-    mask = torch.zeros((len(rows), longest), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, longest - len(row.tokens):] = torch.tensor(row.tokens, dtype=torch.long)
-        mask[i, longest - len(row.tokens):] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    position_ids = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    ids, mask, position_ids = left_padded([r.tokens for r in rows], device)
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                 use_cache=True, logits_to_keep=1, **{keyword: cache})

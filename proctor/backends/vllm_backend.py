@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, cast
 
 from proctor.backends.decoding import StopWatch
+from proctor.backends.decoding import eos_token_ids as decoding_eos_ids
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Readout, Row
 from proctor.errors import UserError, check_positive_int
@@ -469,18 +470,10 @@ def vllm_platform() -> tuple[str, str]:
 
 
 def eos_token_ids(tokenizer: Any, directory: Path) -> frozenset[int]:
-    """The tokenizer's EOS and generation_config.json's end tokens (as decoding.eos_token_ids)."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
+    """The tokenizer's EOS and generation_config.json's end tokens (`decoding.eos_token_ids`)."""
     config = directory / "generation_config.json"
-    if config.is_file():
-        value = json.loads(config.read_text()).get("eos_token_id")
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(i) for i in value)
-    return frozenset(ids)
+    configured = json.loads(config.read_text()).get("eos_token_id") if config.is_file() else None
+    return decoding_eos_ids(tokenizer, configured)
 
 
 def model_config(directory: Path, shown: str) -> dict[str, Any]:

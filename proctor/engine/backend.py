@@ -1,7 +1,8 @@
 """What the engine needs from a backend, and everything callers read off one.
 
 Every backend (transformers, llama.cpp, OpenAI-compatible servers, vLLM) provides all of
-it; nothing is probed with getattr.
+it; nothing is probed with getattr. Hidden states are the one optional service, a protocol
+of its own (`proctor.engine.hidden.HiddenStateBackend`: transformers only).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Resume cache: finished results in SQLite, keyed by (fingerprint, request key).
 
-Loglikelihood results, generations (all samples of a request, as JSON) and how many
-context tokens left truncation cut from a request live in three tables.
+Loglikelihood results, generations (all samples of a request, as JSON), hidden states
+(an array's bytes) and how many context tokens left truncation cut from a request live in
+four tables.
 
 The fingerprint identifies the model, dtype, device type, max_length and tokenization
 policy; the request key identifies the work. The first stored result for a key wins
@@ -25,14 +26,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, Mapping
 
+import numpy as np
+
 from proctor.errors import UserError
-from proctor.requests import GenerateResult, Generation, LoglikelihoodResult
+from proctor.requests import GenerateResult, Generation, HiddenStatesResult, LoglikelihoodResult
 
 APPLICATION_ID = 0x70726F63  # "proc": marks the file as a proctor cache
 _COLUMNS = {
     "loglikelihood": ("fingerprint", "key", "sum_logits", "num_tokens", "is_greedy", "checksum"),
     "generation": ("fingerprint", "key", "samples", "checksum"),
     "truncation": ("fingerprint", "key", "dropped", "checksum"),
+    "hidden": ("fingerprint", "key", "dtype", "shape", "data", "checksum"),
 }
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS loglikelihood (
@@ -51,6 +55,15 @@ CREATE TABLE IF NOT EXISTS generation (
     checksum INTEGER,
     PRIMARY KEY (fingerprint, key)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS hidden (
+    fingerprint TEXT NOT NULL,
+    key TEXT NOT NULL,
+    dtype TEXT NOT NULL,
+    shape TEXT NOT NULL,
+    data BLOB NOT NULL,
+    checksum INTEGER,
+    PRIMARY KEY (fingerprint, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS truncation (
     fingerprint TEXT NOT NULL,
     key TEXT NOT NULL,
@@ -64,6 +77,8 @@ _TIMEOUT = 60.0  # seconds a connection waits for another process's lock
 
 
 def _checksum(*values: object) -> int:
+    # an array's bytes enter by their own digest: repr() of a large blob is slow
+    values = tuple(hashlib.blake2b(v).hexdigest() if isinstance(v, bytes) else v for v in values)
     digest = hashlib.blake2b(repr(values).encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
@@ -209,6 +224,24 @@ class ResultCache:
         rows = [(fingerprint, k, _samples_json(r)) for k, r in results.items()]
         with self._guard("store results"), self._db:
             self._db.executemany("INSERT OR IGNORE INTO generation VALUES (?, ?, ?, ?)",
+                                 [(*row, _checksum(*row)) for row in rows])
+
+    def get_hidden(self, fingerprint: str, keys: Iterable[str]) -> dict[str, HiddenStatesResult]:
+        found = {}
+        for key, dtype, shape, data in self._select("key, dtype, shape, data, checksum", "hidden", fingerprint, keys):
+            try:
+                dims = tuple(int(n) for n in shape.split(","))
+                found[key] = HiddenStatesResult(np.frombuffer(data, dtype=np.dtype(dtype)).reshape(dims))
+            except (ValueError, TypeError):  # a checksum collision on garbage: as good as tampered
+                self._drop("hidden", fingerprint, [key])
+        return found
+
+    def put_hidden(self, fingerprint: str, results: Mapping[str, HiddenStatesResult]) -> None:
+        """Store and commit in one transaction."""
+        rows = [(fingerprint, k, str(r.states.dtype), ",".join(map(str, r.states.shape)),
+                 np.ascontiguousarray(r.states).tobytes()) for k, r in results.items()]
+        with self._guard("store results"), self._db:
+            self._db.executemany("INSERT OR IGNORE INTO hidden VALUES (?, ?, ?, ?, ?, ?)",
                                  [(*row, _checksum(*row)) for row in rows])
 
     def put_truncated(self, fingerprint: str, dropped: Mapping[str, int]) -> None:

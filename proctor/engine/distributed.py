@@ -25,7 +25,7 @@ import datetime
 import os
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Container, Mapping, Optional, Sequence, TypeVar
 
 from proctor.errors import UserError
 
@@ -124,7 +124,7 @@ class DistributedContext:
         """
         return list(work[self.rank::self.world_size])
 
-    def holders(self, keys: Sequence[str], held: Mapping[str, Any]) -> list[int]:
+    def holders(self, keys: Sequence[str], held: Container[str]) -> list[int]:
         """For each key (the same list on every rank), the lowest rank holding it, or -1."""
         mine = bytes(k in held for k in keys)
         if self.world_size == 1:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Container, Iterable, Optional, Sequence, Union
+from typing import Callable, Container, Iterable, Optional, Sequence, Union
 
 from proctor.engine.backend import Backend
 from proctor.engine.cache import ResultCache
 from proctor.engine.chat import ChatTemplate
 from proctor.engine.distributed import SINGLE, DistributedContext, Pool
 from proctor.engine.generate import run_generation
+from proctor.engine.hidden import run_hidden_states, stream_hidden_states
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
 from proctor.engine.progress import Progress
 from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
@@ -26,7 +27,8 @@ from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
 from proctor.errors import BatchTooLarge, UserError
 from proctor.engine.gen_plan import DEFAULT_SEED
 from proctor.requests import (
-    Generate, GenerateResult, Loglikelihood, LoglikelihoodResult, Request, Result, RollingLoglikelihood,
+    Generate, GenerateResult, HiddenStates, HiddenStatesResult, Loglikelihood, LoglikelihoodResult, Request, Result,
+    RollingLoglikelihood,
 )
 
 BatchSize = Union[int, str]
@@ -119,16 +121,19 @@ class Engine:
         return fallback if self._started is None else self._started
 
     def results(self, requests: Sequence[Request]) -> dict[str, Result]:
-        """Every request's result by key: the scored ones (`run`), then the generations
-        (`generate`). Afterwards `seconds_per_request` shares out the model time."""
-        scored = [r for r in requests if not isinstance(r, Generate)]
+        """Every request's result by key: the scored ones (`run`), hidden states, then the
+        generations (`generate`). Afterwards `seconds_per_request` shares out the model time."""
+        scored = [r for r in requests if isinstance(r, (Loglikelihood, RollingLoglikelihood))]
+        hidden = [r for r in requests if isinstance(r, HiddenStates)]
         generated = [r for r in requests if isinstance(r, Generate)]
         started = time.perf_counter()
         out: dict[str, Result] = dict(zip((r.key for r in scored), self.run(scored)))
+        if hidden:
+            out.update(zip((r.key for r in hidden), self.hidden_states(hidden)))
         scored_seconds = time.perf_counter() - started
         out.update(zip((r.key for r in generated), self.generate(generated)))
         self._cost = {
-            "scored": scored_seconds / max(len(scored), 1),
+            "scored": scored_seconds / max(len(scored) + len(hidden), 1),
             "generated": (time.perf_counter() - started - scored_seconds) / max(len(generated), 1),
         }
         return out
@@ -140,6 +145,15 @@ class Engine:
     def generate(self, requests: Sequence[Generate]) -> list[GenerateResult]:
         """Generation requests (see proctor.engine.generate); call after `run`, which resets stats."""
         return run_generation(self, requests)
+
+    def hidden_states(self, requests: Sequence[HiddenStates]) -> list[HiddenStatesResult]:
+        """Hidden-state requests (see proctor.engine.hidden), on a backend that serves them."""
+        return run_hidden_states(self, requests)
+
+    def stream_hidden_states(self, requests: Sequence[HiddenStates],
+                             on_result: Callable[[int, HiddenStatesResult], None]) -> None:
+        """`hidden_states` handed to `on_result(index, result)` as they come, none kept."""
+        stream_hidden_states(self, requests, on_result)
 
     def run(self, requests: Sequence[Scored]) -> list[LoglikelihoodResult]:
         started = self._started = time.perf_counter()

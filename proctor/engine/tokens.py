@@ -26,6 +26,9 @@ Generation contexts (`generation_contexts`, lm-eval's `HFLM.generate_until`):
   `left_truncate_len`), so context plus generation fit in `max_length`.
 - A context that encodes to no tokens is conditioned on the prefix token (BOS, else EOS),
   as an empty loglikelihood context is; lm-eval would fail on it.
+- A request's `max_prompt_tokens` (the factual probe's 192) cuts further, to its last
+  that many tokens. Hidden-state requests read their context the same way, with no room
+  kept for new tokens.
 
 Rolling documents (`rolling_windows`: perplexity/BPB offline and in-loop alike):
 
@@ -52,11 +55,11 @@ Every backend and the in-loop path must tokenize through this module.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Optional, Protocol, Sequence, TypeVar, Union
 
 from proctor.engine.chat import ChatTemplate, end_of_turn, render
 from proctor.errors import UserError
-from proctor.requests import Chat, Context, Generate, Loglikelihood
+from proctor.requests import Chat, Context, Generate, HiddenStates, Loglikelihood
 
 # Bump when the policy's output could change; it is part of every resume-cache key.
 POLICY_VERSION = "olmes-1"
@@ -292,22 +295,30 @@ class TokenizationPolicy:
 
     def generation_contexts(self, requests: Sequence[tuple[str, int]], policy: str = "olmes") -> list[GenerationContext]:
         """Model input tokens of (context, max_gen_toks) pairs, left-truncated to leave room."""
-        out: list[GenerationContext] = []
         n = self.max_length_of(policy)
-        for i in range(0, len(requests), _ENCODE_CHUNK):
-            chunk = requests[i : i + _ENCODE_CHUNK]
+        return self._left_truncated([(c, context_room(n, m)) for c, m in requests], policy)
+
+    def _left_truncated(self, items: Sequence[tuple[str, int]], policy: str) -> list[GenerationContext]:
+        """Each (text, room)'s tokens as a generation context, the last `room` of them kept."""
+        out: list[GenerationContext] = []
+        for i in range(0, len(items), _ENCODE_CHUNK):
+            chunk = items[i : i + _ENCODE_CHUNK]
             encoded = self._encode_texts([c for c, _ in chunk], policy, kind="generation")
-            for context, max_gen_toks in chunk:
-                room = context_room(n, max_gen_toks)
+            for context, room in chunk:
                 tokens = encoded[context] or (self.prefix_token_id,)
                 out.append(GenerationContext(tokens[-room:], max(0, len(tokens) - room)))
         return out
 
-    def request_generation_contexts(self, requests: Sequence[Generate]) -> list[GenerationContext]:
-        """Each generation request's model input, under its own policy, chats rendered."""
-        def run(group: list[Generate], policy: str) -> list[GenerationContext]:
+    def request_generation_contexts(self, requests: Sequence[Union[Generate, HiddenStates]]) -> list[GenerationContext]:
+        """Each generation (or hidden-state) request's model input, under its own policy, chats
+        rendered: room for its new tokens left in the window, and at most its `max_prompt_tokens`."""
+        def run(group: list[Union[Generate, HiddenStates]], policy: str) -> list[GenerationContext]:
             texts = self._texts([r.context for r in group], policy)
-            return self.generation_contexts([(t, r.max_gen_toks) for t, r in zip(texts, group)], policy)
+            n = self.max_length_of(policy)
+            rooms = [context_room(n, r.max_gen_toks) if isinstance(r, Generate) else n for r in group]
+            rooms = [room if r.max_prompt_tokens is None else min(room, r.max_prompt_tokens)
+                     for room, r in zip(rooms, group)]
+            return self._left_truncated(list(zip(texts, rooms)), policy)
         return _by_policy(requests, lambda r: r.policy, run)
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 _MODULES = {
     "bank": ("Bank", "build_bank", "read_bank", "write_bank"),
-    "generate": ("generate",),
-    "hidden": ("HiddenStates", "extract_hidden", "load_hidden"),
+    "generate": ("factual_request", "generate"),
+    "hidden": ("HiddenStateFiles", "extract_hidden", "load_hidden"),
     "iss": ("compute_iss",),
     "kts": ("compute_kts",),
     "prompts": ("CONDITION_FAMILIES", "DECODING", "PROMPT", "build_prompt", "condition_of"),

@@ -1,7 +1,7 @@
 """`proctor factual ...`: build the bank, generate, validate, score, extract hidden states, ISS/KTS.
 
 Files under `--output-dir` (default outputs/factual), one set per model name:
-  generations/<model>.jsonl        the seed's generations schema
+  generations/<model>.jsonl        the seed's generations schema (+ <model>.provenance.json)
   scored/<model>.scored.jsonl      the seed's scored schema; scored/<model>.summary.json
   hidden/<model>/                  L{l:03d}.npy + index.json (the seed's layout)
   metrics/<model>.json             ISS and KTS per condition
@@ -9,6 +9,10 @@ Files under `--output-dir` (default outputs/factual), one set per model name:
 `--chat-template [FILE]` (generate, hidden, run) leaves the seed's no-template protocol:
 each prompt becomes one user turn rendered with the tokenizer's chat template (or FILE's),
 and every file records the template.
+
+The model steps run on proctor's engine: `generate` on any backend (`--backend`), `hidden`
+and `run` on transformers (the only backend that returns hidden states), all with the
+result cache (a killed run resumes) and torchrun data parallelism (rank 0 writes).
 """
 
 from __future__ import annotations
@@ -20,15 +24,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from proctor.backends.redact import redact_url
 from proctor.errors import UserError
+from proctor.outputs.provenance import code_git_state, library_versions
 
 if TYPE_CHECKING:
+    from proctor.engine import Engine
+    from proctor.factual.bank import Bank
     from proctor.engine.chat import ChatTemplate
 
 DEFAULT_OUTPUT = "outputs/factual"
 
 
-def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
+def add_parser(sub: Any, positive_int: Callable[[str], int], batch_size: Callable[[str], Any],
+               json_object: Callable[[str], dict]) -> None:
     """Register `proctor factual` and its subcommands on the main parser's subparsers."""
     factual = sub.add_parser("factual", help="factual recall under perturbation (bank, generate, score, ISS/KTS)")
     steps = factual.add_subparsers(dest="step", required=True, parser_class=type(factual))
@@ -40,17 +49,31 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
     bank.add_argument("--languages", help="crosslingual languages of BMLAMA-17, comma-separated (default: fr,ru,zh,ja,ar)")
     bank.add_argument("--sources", help="sources to use, comma-separated (default: all)")
 
-    def model_options(p: argparse.ArgumentParser) -> None:
+    def model_options(p: argparse.ArgumentParser, *, any_backend: bool) -> None:
         p.add_argument("--model", default="smollm2-135m", help="HF hub id, local dir, .gguf file, or smollm2-135m")
         p.add_argument("--name", help="model name in file names and rows (default: from --model)")
-        p.add_argument("--batch-size", type=positive_int, default=32)
+        p.add_argument("--batch-size", type=batch_size, default="auto",
+                       help="rows per batch (generation: samples decoded at once), or auto")
         p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: cuda if available)")
         p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                       help="auto: bfloat16 where the device supports it fast, else float32")
+                       help="auto: bfloat16 (the seed's) where the device runs it fast, else float32")
         p.add_argument("--chat-template", nargs="?", const=True, default=False, metavar="FILE",
                        help="not the seed's protocol: give each query as one user turn rendered with the "
                             "tokenizer's chat template (or this Jinja file's) and its generation prompt; "
                             "the files record the template, and numbers are not comparable with the seed's")
+        if any_backend:  # hidden states (hidden, run) need the model's layers in this process: transformers
+            p.add_argument("--backend", default="hf", choices=["hf", "llamacpp", "openai", "vllm"],
+                           help="transformers (default), llama.cpp (GGUF on CPU), an OpenAI-compatible "
+                                "server, or vLLM")
+            p.add_argument("--base-url", help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1")
+            p.add_argument("--tokenizer", help="openai: the served model's tokenizer (dir, .gguf, hub id or alias)")
+            p.add_argument("--concurrency", type=positive_int, help="openai: requests in flight (default 8)")
+            p.add_argument("--openai-extra", type=json_object,
+                           help='openai: extra request fields as JSON, e.g. \'{"repeat_penalty": 1.0}\' '
+                                "(llama.cpp's server penalises repeats even when greedy)")
+            p.add_argument("--threads", type=positive_int, help="llamacpp: CPU threads (default: all cores)")
+        p.add_argument("--no-cache", action="store_true",
+                       help="neither read nor store results in the result cache (then a killed run starts over)")
 
     def common(p: argparse.ArgumentParser, *, bank_required: bool = True) -> None:
         p.add_argument("--bank", required=bank_required, help="the query bank (JSONL)")
@@ -59,7 +82,7 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
 
     generate = steps.add_parser("generate", help="greedy generations for every query (resumable)")
     common(generate)
-    model_options(generate)
+    model_options(generate, any_backend=True)
 
     validate = steps.add_parser("validate", help="check a generations file against the bank (exit 1 on problems)")
     validate.add_argument("--bank", required=True)
@@ -72,7 +95,7 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
 
     hidden = steps.add_parser("hidden", help="last-token hidden states of the main-forward queries (resumable)")
     common(hidden)
-    model_options(hidden)
+    model_options(hidden, any_backend=False)
 
     metrics = steps.add_parser("metrics", help="ISS and KTS per condition from scored rows and hidden states")
     common(metrics)
@@ -84,7 +107,7 @@ def add_parser(sub: Any, positive_int: Callable[[str], int]) -> None:
 
     run = steps.add_parser("run", help="generate, score, extract hidden states and compute ISS/KTS")
     common(run)
-    model_options(run)
+    model_options(run, any_backend=False)
     run.add_argument("--bootstrap", type=positive_int, default=1000)
     run.add_argument("--kts-layer", default="mean", choices=["mean", "best"])
 
@@ -101,7 +124,14 @@ def model_name(model: str, name: Optional[str]) -> str:
 def run_command(args: argparse.Namespace) -> int:
     if getattr(args, "output_dir", None) is not None:
         _check_output_dir(Path(args.output_dir))  # before any bank, data or model work
-    return STEPS[args.step](args)
+    if args.step not in MODEL_STEPS:
+        return STEPS[args.step](args)
+    bank = _bank(args)
+    engine = _engine(args)
+    try:
+        return MODEL_STEPS[args.step](args, bank, engine)
+    finally:
+        engine.distributed.stop()
 
 
 def _check_output_dir(out: Path) -> None:
@@ -148,30 +178,32 @@ def cmd_bank(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_template_option(args: argparse.Namespace) -> None:
-    """A --chat-template FILE must exist (checked before the model loads)."""
+def _engine(args: argparse.Namespace) -> Engine:
+    """The engine the command's model options ask for: backend, batch size, result cache, torchrun
+    ranks, chat template (None: the seed's protocol). Options are checked before the model loads."""
     from proctor.api import chat_template_file
-
-    chat_template_file(args.chat_template)
-
-
-def _chat_template(args: argparse.Namespace, tokenizer: Any) -> Optional["ChatTemplate"]:
-    """The run's chat template: None (the seed's protocol), the tokenizer's, or the file's."""
-    from proctor.api import chat_template_file
+    from proctor.backends.select import BackendOptions, check_backend_options, open_backend
+    from proctor.cache_dir import results_path
+    from proctor.engine import Engine, ResultCache
     from proctor.engine.chat import ChatTemplate
+    from proctor.engine.distributed import DistributedContext
+    from proctor.factual.prompts import DECODING
 
-    if args.chat_template is False:
-        return None
-    return ChatTemplate.resolve(chat_template_file(args.chat_template), tokenizer)
-
-
-def _load(args: argparse.Namespace):
-    from proctor.backends.hf import resolve_device, resolve_dtype
-    from proctor.backends.models import load_model
-    from proctor.backends.sources import resolve_source
-
-    device = resolve_device(args.device)
-    return load_model(resolve_source(args.model), dtype=resolve_dtype(args.dtype, device), device=device)
+    ranks = DistributedContext.from_env()
+    backend = getattr(args, "backend", "hf")
+    options = BackendOptions(
+        backend=backend, model=args.model, device=ranks.device(args.device) if backend == "hf" else args.device,
+        dtype=args.dtype, base_url=getattr(args, "base_url", None), tokenizer=getattr(args, "tokenizer", None),
+        concurrency=getattr(args, "concurrency", None), openai_extra=getattr(args, "openai_extra", None),
+        threads=getattr(args, "threads", None))
+    check_backend_options(options)
+    template_file = chat_template_file(args.chat_template)
+    cache = None if args.no_cache else ResultCache(results_path())
+    ranks.start()
+    model = ranks.in_turn(lambda: open_backend(options))
+    template = None if args.chat_template is False else ChatTemplate.resolve(template_file, model.tokenizer)
+    return Engine(model, batch_size=args.batch_size, cache=cache, progress=not args.no_progress and ranks.is_main,
+                  seed=DECODING.seed, distributed=ranks, chat_template=template)
 
 
 def _generations_path(args: argparse.Namespace, name: str) -> Path:
@@ -186,25 +218,25 @@ def _scored_path(args: argparse.Namespace, name: str) -> Path:
     return Path(args.output_dir) / "scored" / f"{name}.scored.jsonl"
 
 
-def cmd_generate(args: argparse.Namespace, bank=None, loaded=None) -> int:
-    from proctor.factual.generate import generate
+def cmd_generate(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
+    from proctor.factual.generate import generate, provenance_path
 
-    _check_template_option(args)
-    bank = bank or _bank(args)
     name = model_name(args.model, args.name)
-    loaded = loaded or _load(args)
-    template = _chat_template(args, loaded.tokenizer)
     out = _generations_path(args, name)
-    stats = generate(bank.rows, loaded.model, loaded.tokenizer, out, model_name=name,
-                     model_identity=loaded.identity, batch_size=args.batch_size,
-                     progress=not args.no_progress, chat_template=template)
-    _print_protocol(template)
+    is_main = engine.distributed.is_main
+    stats = generate(bank.rows, engine, out, model_name=name, write=is_main,
+                     provenance={"bank_version": bank.version, "backend": getattr(args, "backend", "hf"),
+                                 "command": ["proctor", *map(redact_url, sys.argv[1:])],
+                                 "versions": library_versions(), "git": code_git_state()})
+    if not is_main:
+        return 0
+    _print_protocol(engine.policy.chat_template)
     if stats.already_complete:
         print(f"{out} already holds every query of the bank; nothing to do")
     else:
-        resumed = f", {stats.resumed_rows} resumed" if stats.resumed_rows else ""
-        print(f"wrote {out}: {stats.rows} queries ({stats.generated_rows} generated{resumed}, "
-              f"{stats.new_tokens} new tokens in {stats.seconds:.0f} s)")
+        cached = f", {stats.cached} from the result cache" if stats.cached else ""
+        print(f"wrote {out} and {provenance_path(out).name}: {stats.rows} queries ({stats.generated} prompts "
+              f"generated{cached}, {stats.new_tokens} new tokens in {stats.seconds:.0f} s)")
     return 0
 
 
@@ -255,20 +287,16 @@ def cmd_score(args: argparse.Namespace, bank=None) -> int:
     return 0
 
 
-def cmd_hidden(args: argparse.Namespace, bank=None, loaded=None) -> int:
+def cmd_hidden(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
     from proctor.factual.hidden import extract_hidden
 
-    _check_template_option(args)
-    bank = bank or _bank(args)
     name = model_name(args.model, args.name)
-    loaded = loaded or _load(args)
     out = _hidden_dir(args, name)
-    index = extract_hidden(bank.rows, loaded.model, loaded.tokenizer, out, model_name=name,
-                           model_identity=loaded.identity, bank_version=bank.version,
-                           batch_size=args.batch_size, progress=not args.no_progress,
-                           chat_template=_chat_template(args, loaded.tokenizer))
-    print(f"wrote {out}: {len(index.query_ids)} queries x {len(index.layers)} layers "
-          f"(blocks {index.layers[0]}-{index.layers[-1]})")
+    index = extract_hidden(bank.rows, engine, out, model_name=name, bank_version=bank.version,
+                           write=engine.distributed.is_main)
+    if engine.distributed.is_main:
+        print(f"wrote {out}: {len(index.query_ids)} queries x {len(index.layers)} layers "
+              f"(blocks {index.layers[0]}-{index.layers[-1]})")
     return 0
 
 
@@ -301,21 +329,20 @@ def _print_protocol(template: Optional["ChatTemplate"]) -> None:
         print(f"proctor: {note}", file=sys.stderr)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    _check_template_option(args)
-    bank = _bank(args)
+def cmd_run(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
     name = model_name(args.model, args.name)
-    loaded = _load(args)
-    cmd_generate(args, bank, loaded)
+    cmd_generate(args, bank, engine)
+    cmd_hidden(args, bank, engine)
+    if not engine.distributed.is_main:  # the other ranks help with the model work only
+        return 0
     args.generations, args.name = str(_generations_path(args, name)), name
     if cmd_score(args, bank):
         return 1
-    cmd_hidden(args, bank, loaded)
     return cmd_metrics(args, bank)
 
 
+MODEL_STEPS: dict[str, Callable[..., int]] = {"generate": cmd_generate, "hidden": cmd_hidden, "run": cmd_run}
 STEPS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "bank": cmd_bank, "generate": cmd_generate, "validate": cmd_validate, "score": cmd_score,
-    "hidden": cmd_hidden, "metrics": cmd_metrics, "run": cmd_run,
+    "bank": cmd_bank, "validate": cmd_validate, "score": cmd_score, "metrics": cmd_metrics,
 }
 

@@ -10,8 +10,9 @@ all its facts and L2-normalised (ĥ). For a fact f of relation r:
     ISS-rank    = mean over the stored layers of rank_l (0.5 = chance)
 
 ISS and ISS-rank are NaN for facts whose relation has fewer than `min_facts` (5) facts with both
-an anchor and a condition-c row. Every condition is reported on its own: `reverse` is never pooled
-with `paraphrase`, and crosslingual is one condition per language (`condition_of`).
+an anchor and a condition-c row; a condition left with no such fact says why in `reason`. Every
+condition is reported on its own: `reverse` is never pooled with `paraphrase`, and crosslingual
+is one condition per language (`condition_of`).
 
 Inputs are in-memory so this is testable without files: `rows` are the bank's
 use_for_main_forward rows in hidden-state order, `states` maps layer -> [n_rows, d] (float16
@@ -66,6 +67,7 @@ class ConditionISS:
     rank_ci_high: float
     by_outcome: dict[str, Outcome]
     small_relations: list[str]   # relations left out (fewer than min_facts facts)
+    reason: str | None = None    # why iss is NaN
     facts: list[FactISS] = field(default_factory=list)
 
     def to_dict(self, include_facts: bool = True) -> dict:
@@ -140,7 +142,7 @@ def compute_iss(rows: Sequence[Mapping], states: Mapping[int, np.ndarray],
         return known.get(rows[where[(f, ANCHOR)]]["query_id"]), known.get(rows[where[(f, c)]]["query_id"])
 
     have = labels_of if labels is not None else None
-    result = {c: _condition(c, by_cond[c], diff[c], rank[c], layers, have, n_boot, seed)
+    result = {c: _condition(c, by_cond[c], diff[c], rank[c], layers, have, n_boot, seed, min_facts)
               for c in conds}
     return ISSReport(layers=layers, min_facts=min_facts, n_boot=n_boot, seed=seed, conditions=result)
 
@@ -205,7 +207,7 @@ def _outcome(anchor_label: str | None, cond_label: str | None) -> str | None:
 
 def _condition(c: str, groups: Mapping[str, list[str]], diff: Mapping[str, np.ndarray],
                rank: Mapping[str, np.ndarray], layers: list[int], labels_of, n_boot: int,
-               seed: int) -> ConditionISS:
+               seed: int, min_facts: int) -> ConditionISS:
     """Summaries of one condition; `diff`/`rank` hold [facts, layers] arrays of the relations kept."""
     facts = []
     for rel, fs in groups.items():
@@ -225,11 +227,19 @@ def _condition(c: str, groups: Mapping[str, list[str]], diff: Mapping[str, np.nd
         by_outcome[o] = Outcome(int(v.size), float(v.mean()) if v.size else math.nan)
     lo, hi = bootstrap_ci(iss, n_boot, seed)
     rlo, rhi = bootstrap_ci(ranks, n_boot, seed)
+    n_facts = int(np.sum(~np.isnan(iss)))
+    reason = None
+    if not facts:
+        reason = f"no fact has both an anchor and a {c} row"
+    elif not n_facts:
+        most = max(len(fs) for fs in groups.values())
+        reason = (f"every relation has fewer than {min_facts} facts with both an anchor and a {c} row "
+                  f"(most: {most})")
     return ConditionISS(
-        condition=c, iss=_nanmean(iss), ci_low=lo, ci_high=hi, n_facts=int(np.sum(~np.isnan(iss))),
+        condition=c, iss=_nanmean(iss), ci_low=lo, ci_high=hi, n_facts=n_facts,
         n_pairs=len(facts), per_layer=per_layer, iss_rank=_nanmean(ranks), rank_ci_low=rlo,
         rank_ci_high=rhi, by_outcome=by_outcome, small_relations=sorted(r for r in groups if r not in diff),
-        facts=facts)
+        reason=reason, facts=facts)
 
 
 def _nanmean(v: np.ndarray) -> float:

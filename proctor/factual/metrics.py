@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from proctor.errors import UserError
 from proctor.factual.bank import Bank
-from proctor.factual.hidden import HiddenStates
+from proctor.outputs.hidden_states import HiddenStateFiles
 from proctor.factual.iss import compute_iss
 from proctor.factual.kts import compute_kts
 from proctor.factual.prompts import describe_template, template_key
@@ -32,7 +32,7 @@ def scored_labels(scored: Sequence[Any], query_ids: Sequence[str], source: str) 
     return labels
 
 
-def check_same_prompts(scored: Sequence[Any], hidden: HiddenStates, source: str) -> None:
+def check_same_prompts(scored: Sequence[Any], hidden: HiddenStateFiles, source: str) -> None:
     """Scored rows and hidden states must come from prompts of one format (same chat template, or none)."""
     states = hidden.index.chat_template
     other = next((row.get("chat_template") for row in scored if isinstance(row, Mapping)
@@ -43,7 +43,7 @@ def check_same_prompts(scored: Sequence[Any], hidden: HiddenStates, source: str)
                         "--chat-template setting")
 
 
-def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStates, *, model: str,
+def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStateFiles, *, model: str,
                     bootstrap: int = 1000, kts_layer: str = "mean", source: str = "scored rows") -> dict:
     """ISS per condition (with CI, layer profile, outcome split, ISS-rank) and KTS (main and
     abstain-as-incorrect variants), as one JSON-ready dict."""
