@@ -25,7 +25,7 @@ from proctor.factual.bank import read_bank, write_bank
 from proctor.factual.generate import factual_request, generate
 from proctor.factual.hidden import extract_hidden, load_hidden
 from proctor.factual.metrics import check_same_prompts
-from proctor.factual.prompts import build_prompt, chat_prompt, model_prompts, template_record
+from proctor.factual.prompts import build_prompt, template_record
 from proctor.factual.validate import validate_generations
 from proctor.outputs.hidden_states import INDEX
 from tinylm import build_tiny_model, build_tokenizer
@@ -139,12 +139,16 @@ def greedy_alone(model: Any, ids: list[int], eos: list[int]) -> list[int]:
 
 def test_the_default_keeps_the_seeds_prompt_bytes(tiny):
     rows = make_rows(4)
-    assert model_prompts(rows, tiny.tokenizer) == [build_prompt(r) for r in rows]
-    assert model_prompts(rows[:1], tiny.tokenizer)[0] == SEED_ANCHOR
-    assert template_record(None) is None
     engine = engine_of(tiny)
-    assert [engine.policy.text(factual_request(r, chat=False).context) for r in rows] == model_prompts(
-        rows, tiny.tokenizer)
+    prompts = [engine.policy.text(factual_request(r, chat=False).context) for r in rows]
+    assert prompts == [build_prompt(r) for r in rows] and prompts[0] == SEED_ANCHOR
+    assert template_record(None) is None
+
+
+def chat_prompt(row, template, tokenizer) -> str:
+    """The text a chat-format query's generation reads, as the engine renders it."""
+    policy = TokenizationPolicy(tokenizer, max_length=2048, chat_template=template)
+    return policy.text(factual_request(row, chat=True).context)
 
 
 def test_a_chat_prompt_is_one_user_turn_with_the_generation_prompt(tiny, chatml, inst_file):
@@ -158,11 +162,8 @@ def test_a_chat_prompt_is_one_user_turn_with_the_generation_prompt(tiny, chatml,
     assert chat_prompt(anchor, inst, tiny.tokenizer) == f"[INST] {SEED_ANCHOR} [/INST] Answer briefly:"
     assert template_record(chatml) == {"origin": "tokenizer", "digest": chatml.digest}
     assert template_record(inst) == {"origin": str(inst_file), "digest": inst.digest} != template_record(chatml)
-    # the engine renders a chat request to the same text
     request = factual_request(anchor, chat=True)
     assert request.policy == "olmes" and request.max_prompt_tokens == 192 and request.max_gen_toks == 24
-    assert engine_of(tiny, chatml).policy.text(request.context) == CHAT_ANCHOR
-    assert engine_of(tiny, inst).policy.text(request.context) == chat_prompt(anchor, inst, tiny.tokenizer)
 
 
 def test_the_end_of_turn_is_a_stop_string_of_chat_requests(tiny, chatml, inst_file):

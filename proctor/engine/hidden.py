@@ -101,12 +101,12 @@ def stream_hidden_states(engine: Host, requests: Sequence[HiddenStates], on_resu
         progress.advance(len(unique) - len(pending))
         sent = _compute(engine, backend, fingerprint, unique, pending, deliver, progress)
         if engine.distributed.world_size > 1:  # each state goes once: from its lowest holder, or its maker
-            mine = [k for k, h in zip(keys, holders) if h == engine.distributed.rank]
-            if engine.cache is not None and mine:
-                sent.update(engine.cache.get_hidden(fingerprint, mine))
+            lowest = [k for k, h in zip(keys, holders) if h == engine.distributed.rank]
+            if engine.cache is not None and lowest:
+                sent.update(engine.cache.get_hidden(fingerprint, lowest))
             received = {k: v for k, v in engine.distributed.merge(sent).items() if k not in delivered}
-            if engine.distributed.stores_received:
-                _store(engine, fingerprint, {k: v for k, v in received.items() if k not in held})
+            if engine.distributed.stores_received:  # what this rank's cache lacked
+                _store(engine, fingerprint, received)
             progress.advance(sum(1 for k in received if k in pending))
             deliver(received)
     finally:

@@ -5,10 +5,10 @@ surface form (that is the perturbation), so it gets only a bare `Answer:` cue. N
 template, for base and instruct models alike.
 
 Beyond the seed, `--chat-template` gives each query's `build_prompt(row)` as one user turn
-rendered with a chat template and its generation prompt (`chat_prompt`). The rendered text
-carries its own special tokens, so it is tokenized without the tokenizer's (as
-`apply_chat_template(tokenize=True)` does), and left truncation to `max_prompt_len` cuts the
-rendered text. Rows and headers record the template as
+rendered with a chat template and its generation prompt (`generate.factual_request`: the
+engine renders it). The rendered text carries its own special tokens, so it is tokenized
+without the tokenizer's (as `apply_chat_template(tokenize=True)` does), and left truncation
+to `max_prompt_len` cuts the rendered text. Rows and headers record the template as
 `{"origin", "digest"}` (`template_record`); no record means the seed's protocol, and
 numbers made with a template are not comparable with the seed's.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 if TYPE_CHECKING:  # validate and score read records without importing the engine
     from proctor.engine.chat import ChatTemplate
@@ -31,29 +31,6 @@ def build_prompt(row: Mapping) -> str:
     if row["condition_family"] == "anchor":
         return PROMPT.format(q=row["query"])
     return f"{row['query']}\nAnswer:"
-
-
-def chat_prompt(row: Mapping, template: ChatTemplate, tokenizer: Any) -> str:
-    """`build_prompt(row)` as the one user turn of a chat, rendered with `template` and its
-    generation prompt (the text the model reads; it ends where the assistant's reply starts)."""
-    from proctor.engine.chat import render
-    from proctor.requests import Chat, Message
-
-    chat = Chat((Message("user", build_prompt(row)),))
-    return render(chat, template, tokenizer, drop_system_on_error=False)
-
-
-def model_prompts(rows: Sequence[Mapping], tokenizer: Any, template: Optional[ChatTemplate] = None) -> list[str]:
-    """Each row's prompt text: the seed's `build_prompt`, or its chat rendering under `template`."""
-    if template is None:
-        return [build_prompt(row) for row in rows]
-    return [chat_prompt(row, template, tokenizer) for row in rows]
-
-
-def adds_special_tokens(template: Optional[ChatTemplate]) -> bool:
-    """Whether prompts are tokenized with the tokenizer's special tokens: the seed's plain
-    prompts are; a rendered chat already holds the template's own (no second BOS)."""
-    return template is None
 
 
 def template_record(template: Optional[ChatTemplate]) -> Optional[dict[str, str]]:
