@@ -25,9 +25,9 @@ from proctor.outputs.atomic import atomic_write_text
 FORMAT = "proctor-factual-hidden/2"
 READABLE = (FORMAT, "proctor-factual-hidden/1")  # /1: written by proctor before the engine served states
 INDEX = "index.json"
-# what a rerun must share with the extraction it finds
+# what a rerun must share with the extraction it finds (besides the chat template, checked first)
 IDENTITY_KEYS = ("bank_version", "model_identity", "compute_dtype", "layers", "d_model", "max_prompt_len",
-                 "query_ids", "chat_template")
+                 "query_ids")
 
 
 @dataclass
