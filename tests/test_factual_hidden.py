@@ -295,6 +295,24 @@ def test_a_finished_extraction_is_not_redone_and_not_overwritten(tiny, finished)
     assert {p.name: p.stat().st_mtime_ns for p in finished.iterdir()} == before
 
 
+def test_a_rank_that_does_not_write_never_reads_the_directory(tiny, tmp_path):
+    """Under torchrun rank 0 alone reads and writes the files: another rank that looked would
+    race rank 0's writes (an index mid-rename read as files without an index)."""
+    from proctor.engine.distributed import DistributedContext
+
+    class RankZeroFoundNothing(DistributedContext):
+        def main_says(self, value):
+            return False
+
+    busy = tmp_path / "h"
+    busy.mkdir()
+    (busy / ".index.json.tmp").write_text("{")  # rank 0's index, being written
+    engine = Engine(HFBackend(tiny.model, tiny.tokenizer, identity="tiny"), progress=False,
+                    distributed=RankZeroFoundNothing())
+    extract(engine, make_rows(6), busy, write=False)
+    assert engine.stats.batches_run > 0 and [p.name for p in busy.iterdir()] == [".index.json.tmp"]
+
+
 def test_bad_banks_and_directories_are_refused_before_any_work(tiny, tmp_path):
     engine = engine_of(tiny)
     rows = make_rows(6)

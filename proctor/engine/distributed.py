@@ -141,6 +141,11 @@ class DistributedContext:
             merged.update(part)
         return merged
 
+    def main_says(self, value: T) -> T:
+        """Rank 0's `value`, on every rank: what rank 0 alone decided, e.g. from the output
+        files only it reads and writes (another rank reading them races rank 0's writes)."""
+        return value if self.world_size == 1 else self._all_gather(value)[0]
+
     def min(self, value: int) -> int:
         """The smallest of the ranks' values (e.g. a measured token budget all can afford)."""
         return value if self.world_size == 1 else min(self._all_gather(value))

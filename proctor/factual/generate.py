@@ -82,15 +82,18 @@ def generate(
 
     The engine's chat template (None: the seed's protocol) formats every prompt. `provenance`
     (JSON values) goes into `<out_path stem>.provenance.json` with the engine's model record.
-    `write=False` (the other ranks of a torchrun launch) generates but writes nothing.
+    `write=False` (the other ranks of a torchrun launch) generates but neither reads nor
+    writes `out_path`: rank 0 decides whether there is work.
     """
     out_path = Path(out_path)
     started = time.monotonic()
     query_ids = unique_query_ids(rows)
     template = engine.policy.chat_template
     record = template_record(template)
-    if out_path.exists():
+    finished = write and out_path.exists()
+    if finished:
         _check_final(out_path, query_ids, model_name, record)
+    if engine.distributed.main_says(finished):
         return GenerationStats(out_path, len(rows), len(rows), 0, 0, time.monotonic() - started, True)
 
     requests = [factual_request(row, template is not None) for row in rows]

@@ -66,9 +66,9 @@ def extract_hidden(rows: Sequence[Mapping], engine: Engine, out_dir: Path, *, mo
         query_ids=unique_query_ids(main), max_prompt_len=DECODING.max_prompt_len,
         compute_dtype=str(backend.dtype).removeprefix("torch."), chat_template=template_record(template),
     )
-    previous = finished_extraction(out_dir, index, describe_template)
-    if previous is not None:
-        return previous
+    previous = finished_extraction(out_dir, index, describe_template) if write else None
+    if engine.distributed.main_says(previous is not None):
+        return previous or index
     requests = [hidden_request(row, index.layers, template is not None) for row in main]
     if not write:
         engine.stream_hidden_states(requests, lambda i, result: None)
