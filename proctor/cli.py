@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.data import resolve_data_dir
 from proctor.errors import UserError
+from proctor.export.bergson import TARGETS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -201,6 +202,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="count documents that share this sidecar column as one cluster (e.g. MMLU subject)")
     report.add_argument("--overwrite", action="store_true", help="replace --output when it is an earlier report")
 
+    export = sub.add_parser("export", help="a run's queries for another tool").add_subparsers(
+        dest="export_format", required=True, metavar="FORMAT")
+    bergson = export.add_parser("bergson", help="a pre-tokenized dataset for Bergson's data attribution "
+                                "(`bergson build INDEX --dataset DIR`)")
+    bergson.add_argument("run", metavar="RUN", help="a run directory written with --save-requests")
+    bergson.add_argument("--output", required=True, help="the export directory to write")
+    bergson.add_argument("--target", default="gold", choices=TARGETS,
+                         help="what each query's row scores: the gold answer (default), the model's prediction, "
+                              "or every generated sample (generation tasks)")
+    bergson.add_argument("--tokenizer", help="the tokenizer (default: the run's model's)")
+    bergson.add_argument("--overwrite", action="store_true", help="replace --output when it is an earlier export")
+
+    attribution = sub.add_parser("attribution", help="data-attribution scores joined back onto query_id").add_subparsers(
+        dest="attribution_step", required=True, metavar="STEP")
+    join = attribution.add_parser("join", help="Bergson's scores of an export as a Parquet table keyed by query_id")
+    join.add_argument("export", metavar="EXPORT", help="the directory `proctor export bergson` wrote")
+    join.add_argument("scores", metavar="SCORES", help="the directory `bergson score` wrote")
+    join.add_argument("--output", help="the Parquet file (default: attribution.parquet in the run directory, "
+                      "beside query_metadata.parquet)")
+    join.add_argument("--top", type=_positive_int, help="keep each query's K strongest training rows (default: all)")
+
     from proctor.factual.cli import add_parser as add_factual
 
     add_factual(sub, _positive_int, _batch_size, _json_object)
@@ -357,6 +379,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    import datasets
+
+    from proctor.export.bergson import export_bergson
+
+    datasets.disable_progress_bars()
+    manifest = export_bergson(Path(args.run), Path(args.output), target=args.target, tokenizer=args.tokenizer,
+                              overwrite=args.overwrite)
+    print(f"wrote {args.output}: {manifest.rows} rows ({args.target}) of {len(manifest.tasks)} tasks")
+    for name, why in manifest.left_out.items():
+        print(f"  left out {name}: {why}")
+    model = manifest.bergson_model or "MODEL"
+    print(f"next: bergson build INDEX --model {model} --dataset {args.output} --projection_dim 16\n"
+          f"      bergson score SCORES --model {model} --dataset TRAIN --query_path INDEX --score individual "
+          f"--projection_dim 16\n"
+          f"      proctor attribution join {args.output} SCORES")
+    return 0
+
+
+def cmd_attribution(args: argparse.Namespace) -> int:
+    from proctor.export.attribution import join_scores
+
+    out, rows = join_scores(Path(args.export), Path(args.scores), None if args.output is None else Path(args.output),
+                            top=args.top)
+    print(f"wrote {out}: {rows} (query, training row) scores")
+    return 0
+
+
 def cmd_factual(args: argparse.Namespace) -> int:
     from proctor.factual.cli import run_command
 
@@ -364,7 +414,8 @@ def cmd_factual(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify": cmd_verify,
-            "compare": cmd_compare, "report": cmd_report, "factual": cmd_factual}
+            "compare": cmd_compare, "report": cmd_report, "export": cmd_export, "attribution": cmd_attribution,
+            "factual": cmd_factual}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
