@@ -130,6 +130,27 @@ def test_predicted_rows_are_the_choice_the_primary_metric_picked(tiny_run):
                                                                         sidecar.doc_id)
 
 
+def test_a_chat_runs_rows_are_its_rendered_prompts(tmp_path, data_dir):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model_dir = build_tiny_model(tmp_path / "chat", chat=True)
+    run = proctor.evaluate(str(model_dir), tasks=[MC], limit=2, data_dir=data_dir, output=tmp_path / "run",
+                           save_requests=True, progress=False, cache=False, chat_template=True)
+    export_bergson(tmp_path / "run", tmp_path / "export")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    for row, record in zip(load(tmp_path / "export"), run.tasks[MC].records):
+        request = requests_of(tmp_path / "run", MC)[(row["query_id"], row["choice"])]
+        assert isinstance(request["context"], dict) and "<|im_start|>" in request["rendered_context"]
+        assert tokenizer.decode(row["input_ids"]) == request["rendered_context"] + request["continuation"]
+        with torch.inference_mode():
+            logprobs = model(torch.tensor([row["input_ids"]])).logits[0].log_softmax(-1)
+        n, ids = row["context_tokens"], row["input_ids"]
+        rescored = sum(logprobs[t - 1, ids[t]].item() for t in range(n, len(ids)))
+        assert rescored == pytest.approx(record.model_output[row["choice"]].sum_logits, abs=1e-4)
+
+
 # ---- join ------------------------------------------------------------------------------------
 
 
