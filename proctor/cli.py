@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.data import resolve_data_dir
 from proctor.errors import UserError
-from proctor.export.bergson import TARGETS
+from proctor.export import TARGETS
 
 
 class _Parser(argparse.ArgumentParser):

@@ -26,10 +26,7 @@ from typing import Any, Optional
 import numpy as np
 
 from proctor.errors import UserError
-from proctor.export.bergson import ExportManifest, read_manifest
-
-COLUMNS = ("query_id", "export_row", "target", "choice", "sample", "train_index", "score", "rank")
-
+from proctor.export.bergson import MANIFEST, ExportManifest, read_manifest
 
 @dataclass(frozen=True)
 class BergsonScores:
@@ -112,11 +109,12 @@ def _candidates(directory: Path, num_items: int) -> np.ndarray:
     return rows.astype(np.int64)
 
 
-def check_same_queries(export_dir: Path, manifest: ExportManifest, scores: BergsonScores, scores_dir: Path) -> None:
-    """Refuse scores that are not of this export's rows, in its order."""
-    if scores.scores.shape[1] != manifest.rows:
+def check_same_queries(export_dir: Path, export_labels: list, scores: BergsonScores, scores_dir: Path) -> None:
+    """Refuse scores that are not of this export's rows (their `labels`), in its order."""
+    rows = len(export_labels)
+    if scores.scores.shape[1] != rows:
         raise UserError(f"{scores_dir} scores {scores.scores.shape[1]} queries but {export_dir} exports "
-                        f"{manifest.rows}: these scores are of another query set; score this export's index")
+                        f"{rows}: these scores are of another query set; score this export's index")
     if scores.query_path is None:
         raise UserError(f"{scores_dir} does not say which query index it scored (no score_cfg.query_path in its "
                         f"config.yaml); score with `bergson score ... --query_path INDEX`")
@@ -124,8 +122,7 @@ def check_same_queries(export_dir: Path, manifest: ExportManifest, scores: Bergs
 
     try:
         index_labels = load_from_disk(str(scores.query_path / "data.hf"))["labels"]
-        export_labels = load_from_disk(str(export_dir))["labels"]
-    except (OSError, FileNotFoundError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError):
         raise UserError(f"cannot read the query index {scores.query_path} that {scores_dir} scored against "
                         f"(its data.hf); it was moved or is not a `bergson build` index") from None
     if len(index_labels) != len(export_labels) or any(a != b for a, b in zip(index_labels, export_labels)):
@@ -134,18 +131,31 @@ def check_same_queries(export_dir: Path, manifest: ExportManifest, scores: Bergs
                         f"`bergson build INDEX --dataset {export_dir}` and score again")
 
 
-def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None) -> tuple[Any, ExportManifest]:
-    """The joined table (a pyarrow Table, columns `COLUMNS`) and the export's manifest."""
-    import pyarrow as pa
+def _export_rows(export_dir: Path, manifest: ExportManifest) -> Any:
+    """The export's dataset, as many rows as its manifest says."""
     from datasets import load_from_disk
 
+    try:
+        rows = load_from_disk(str(export_dir)).select_columns(["query_id", "target", "choice", "sample", "labels"])
+    except (OSError, ValueError, KeyError):
+        rows = None
+    if rows is None or len(rows) != manifest.rows:
+        raise UserError(f"{export_dir} does not hold the {manifest.rows} rows its {MANIFEST} lists; the export is "
+                        f"damaged: export the run again")
+    return rows
+
+
+def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None) -> tuple[Any, ExportManifest]:
+    """The joined table (a pyarrow Table with the module docstring's columns) and the export's manifest."""
+    import pyarrow as pa
+
     export_dir, scores_dir = Path(export_dir), Path(scores_dir)
-    manifest = read_manifest(export_dir)
-    scores = read_scores(scores_dir)
-    check_same_queries(export_dir, manifest, scores, scores_dir)
     if top is not None and top < 1:
         raise UserError(f"--top must be a positive whole number, got {top}")
-    rows = load_from_disk(str(export_dir)).select_columns(["query_id", "target", "choice", "sample"])
+    manifest = read_manifest(export_dir)
+    rows = _export_rows(export_dir, manifest)
+    scores = read_scores(scores_dir)
+    check_same_queries(export_dir, rows["labels"], scores, scores_dir)
     matrix = scores.scores if scores.higher_is_better else -scores.scores  # larger: a stronger proponent
     num_train = matrix.shape[0]
     keep = num_train if top is None else min(top, num_train)

@@ -33,7 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from proctor.backends.sources import file_sha256
 from proctor.errors import UserError
+from proctor.export import TARGETS
 from proctor.outputs.records import (SIDECAR_COLUMNS, ChoiceRecord, GenerationRecord, QueryMetadata, RunRecord,
                                      TaskRecord)
 from proctor.outputs.run_dir import read_run, task_dir_name
@@ -42,7 +44,7 @@ from proctor.requests import POLICIES, Chat, Loglikelihood, Message
 
 FORMAT = "proctor-bergson-export/1"
 MANIFEST = "export.json"
-TARGETS = ("gold", "predicted", "samples")
+
 #: the dataset's columns besides the sidecar's: what Bergson reads, then what joins back
 ROW_COLUMNS = ("input_ids", "labels", "query_id", "target", "choice", "sample", "context_tokens", "target_text",
                "sum_logits")
@@ -292,7 +294,7 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
         **{name: Value(kind) for name, kind in SIDECAR_COLUMNS if name != "query_id"},
     })
     manifest = ExportManifest(
-        run=str(run_dir), run_metrics_sha256=_file_sha256(run_dir / "metrics.json"), model=model.model,
+        run=str(run_dir), run_metrics_sha256=file_sha256(run_dir / "metrics.json"), model=model.model,
         model_fingerprint=model.fingerprint, tokenizer=identity, target=target, rows=len(rows["query_id"]),
         rows_sha256=_rows_digest(rows), tasks=counts, left_out=left_out, max_length=model.max_length,
         olmes_max_length=model.olmes_max_length, bergson_model=_transformers_model(model.model))
@@ -300,12 +302,6 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
         Dataset.from_dict(rows, features=features).save_to_disk(str(stage))
         atomic_write_text(stage / MANIFEST, manifest.to_json())
     return manifest
-
-
-def _file_sha256(path: Path) -> str:
-    from proctor.backends.sources import file_sha256
-
-    return file_sha256(path)
 
 
 def _transformers_model(model: str) -> Optional[str]:
@@ -319,6 +315,6 @@ def _transformers_model(model: str) -> Optional[str]:
     except UserError:  # a model object passed to proctor.evaluate, or one since removed
         return None
     if source.kind == "gguf":
-        directory = converted_gguf_dir(Path(source.location), _file_sha256(Path(source.location)))
+        directory = converted_gguf_dir(Path(source.location), file_sha256(Path(source.location)))
         return str(directory) if (directory / "config.json").exists() else None
     return source.location
