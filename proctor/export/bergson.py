@@ -45,9 +45,13 @@ from proctor.requests import POLICIES, Chat, Loglikelihood, Message
 FORMAT = "proctor-bergson-export/1"
 MANIFEST = "export.json"
 
-#: the dataset's columns besides the sidecar's: what Bergson reads, then what joins back
-ROW_COLUMNS = ("input_ids", "labels", "query_id", "target", "choice", "sample", "context_tokens", "target_text",
-               "sum_logits")
+#: the dataset's columns and their Arrow types: what Bergson reads, what joins back, then the
+#: sidecar's other columns ("list": of int64)
+COLUMNS: dict[str, str] = {
+    "input_ids": "list", "labels": "list", "query_id": "string", "target": "string", "choice": "int64",
+    "sample": "int64", "context_tokens": "int64", "target_text": "string", "sum_logits": "float64",
+    **{name: kind for name, kind in SIDECAR_COLUMNS if name != "query_id"},
+}
 
 
 @dataclass(frozen=True)
@@ -268,7 +272,7 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
     encoder, identity = load_tokenizer(tokenizer or model.model, model.model)
     policy = TokenizationPolicy(encoder, max_length=model.olmes_max_length or model.max_length,
                                 lm_eval_max_length=model.max_length)
-    rows: dict[str, list] = {name: [] for name in (*ROW_COLUMNS, *(c for c, _ in SIDECAR_COLUMNS if c != "query_id"))}
+    rows: dict[str, list] = {name: [] for name in COLUMNS}
     counts, empty = {}, 0
     for task, targets in tasks:
         sidecar: dict[str, QueryMetadata] = {m.query_id: m for m in task.sidecar}
@@ -287,12 +291,8 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
                 rows[name].append(value)
     if empty:
         left_out["empty samples"] = f"{empty} samples that generated no text (nothing to attribute)"
-    features = Features({
-        "input_ids": ListOf(Value("int64")), "labels": ListOf(Value("int64")), "query_id": Value("string"),
-        "target": Value("string"), "choice": Value("int64"), "sample": Value("int64"),
-        "context_tokens": Value("int64"), "target_text": Value("string"), "sum_logits": Value("float64"),
-        **{name: Value(kind) for name, kind in SIDECAR_COLUMNS if name != "query_id"},
-    })
+    features = Features({name: ListOf(Value("int64")) if kind == "list" else Value(kind)
+                         for name, kind in COLUMNS.items()})
     manifest = ExportManifest(
         run=str(run_dir), run_metrics_sha256=file_sha256(run_dir / "metrics.json"), model=model.model,
         model_fingerprint=model.fingerprint, tokenizer=identity, target=target, rows=len(rows["query_id"]),
