@@ -110,10 +110,10 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(autouse=True)
 def fresh_task_registry(monkeypatch):
     """Every test adds its own tasks (--include, @task) to an empty set; the built-ins stay."""
-    from proctor.tasks import plugins, registry
+    from proctor.tasks import catalog, plugins, registry
 
-    monkeypatch.setattr(registry, "_added", {})
-    monkeypatch.setattr(registry, "_origin", {})
+    monkeypatch.setattr(catalog, "_added", {})
+    monkeypatch.setattr(catalog, "_origin", {})
     monkeypatch.setattr(registry, "_entry_points", "done")
     yield
     for name in [m for m in sys.modules if m.startswith(plugins.MODULE_PREFIX)]:

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from proctor.cli import main
-from proctor.tasks import registry
+from proctor.tasks import catalog
 from proctor.tasks.seed_suites import DATA_ATTRIBUTION, SLIMPAJAMA_DC
 from tinylm import build_tiny_model
 
@@ -25,7 +25,7 @@ CHOICE_TABLE = dataclasses.replace(
 
 @pytest.mark.slow  # heavy: runs the CLI end to end, over 3 s
 def test_table_suite_end_to_end(data_dir, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(registry._suites(), CHOICE_TABLE.name, CHOICE_TABLE)
+    monkeypatch.setitem(catalog.suites(), CHOICE_TABLE.name, CHOICE_TABLE)
     monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "cache"))
     model, out = build_tiny_model(tmp_path / "tiny"), tmp_path / "run"
     assert main(["run", "--model", str(model), "--tasks", CHOICE_TABLE.name, "--limit", "1",

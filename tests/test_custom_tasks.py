@@ -19,7 +19,7 @@ from proctor.data import load_split
 from proctor.errors import UserError
 from proctor.report import print_task_table
 from proctor.requests import Generate, GenerateResult, Generation
-from proctor.tasks import plugins, registry
+from proctor.tasks import catalog, plugins, registry
 from proctor.tasks.choice import ChoiceTask, Rendered
 from proctor.tasks.plugins import include, load_entry_points, task
 
@@ -257,7 +257,7 @@ def test_directory_include_is_sorted_and_idempotent(tmp_path):
     expected = ["a_task:mc", "a_task:rc", "b_task:mc", "b_task:rc"]
     assert include([tmp_path]) == expected
     assert include([tmp_path, tmp_path / "a_task.yml"]) == expected  # again: fine, same names
-    assert sorted(registry.added_specs()) == expected
+    assert sorted(catalog.added_specs()) == expected
 
     other = tmp_path / "elsewhere"
     other.mkdir()
@@ -403,7 +403,7 @@ def test_bad_task_file_is_one_line_naming_file_and_field(tmp_path, text, message
     with pytest.raises(UserError) as e:
         include([path])
     assert str(e.value).startswith(f"{path}: ") and message in str(e.value) and "\n" not in str(e.value)
-    assert registry.added_specs() == []
+    assert catalog.added_specs() == []
 
 
 def test_bad_toml_file(tmp_path):

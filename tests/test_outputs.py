@@ -3,8 +3,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from proctor.outputs.atomic import atomic_write_text, staged_directory
-from proctor.outputs.owned import MANIFEST
+from proctor.outputs.atomic import atomic_write_text
+from proctor.outputs.owned import MANIFEST, staged_directory
 from proctor.outputs.records import QueryMetadata
 from proctor.outputs.run_dir import task_dir_name, write_json, write_sidecar
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from proctor.errors import UserError
-from proctor.outputs.atomic import atomic_write_text, make_stage, remove_dead_stages, staged_directory
-from proctor.outputs.owned import (MANIFEST, check_output_dir, check_output_file, foreign_entry,
+from proctor.outputs.atomic import atomic_write_text, make_stage, remove_dead_stages
+from proctor.outputs.owned import (MANIFEST, check_output_dir, check_output_file, foreign_entry, staged_directory,
                                    write_owned_file)
 
 
@@ -162,7 +162,8 @@ def test_a_killed_run_leaves_nothing_and_the_next_cleans_up(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from proctor.outputs.atomic import atomic_write_text, staged_directory
+        from proctor.outputs.atomic import atomic_write_text
+        from proctor.outputs.owned import staged_directory
         with staged_directory(Path({str(tmp_path / 'run')!r})) as stage:
             atomic_write_text(stage / "metrics.json", "{{}}")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -6,8 +6,8 @@ import random
 import pytest
 
 from proctor.engine import Engine
-from proctor.engine.plan import BatchLimits, PlannedRow, Readout, Row, plan_batches
-from proctor.engine.prefix import MIN_PREFIX, find_prefix_groups
+from proctor.engine.plan import BatchLimits, PlannedRow, Readout, Row, find_prefix_groups, plan_batches
+from proctor.engine.prefix import MIN_PREFIX
 from proctor.requests import Loglikelihood
 
 from tinylm import build_tiny_gpt2, build_tiny_model

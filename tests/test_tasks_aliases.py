@@ -18,10 +18,10 @@ from proctor.data import load_split
 from proctor.errors import UserError
 from proctor.metrics.aggregate import MeanStat
 from proctor.pipeline import PromptOptions, ScoredPlan, plan, primary_scores
-from proctor.tasks import aliases, bbh, registry
-from proctor.tasks.aliases import alias_note, all_aliases
+from proctor.tasks import aliases, bbh, catalog, registry
+from proctor.tasks.aliases import all_aliases
 from proctor.tasks.leaderboard import mmlu as lb_mmlu
-from proctor.tasks.registry import alias_of, leaf_specs, parse_spec, resolve
+from proctor.tasks.registry import alias_note, alias_of, leaf_specs, parse_spec, resolve
 
 from lm_eval_tasks import lm_eval_requests, lm_eval_task
 
@@ -160,7 +160,7 @@ def test_unknown_names_suggest_every_close_spec():
 def test_a_spec_of_an_lm_eval_name_wins(monkeypatch):
     cls, config = registry._table()["gsm8k::olmes"]
     mine = type(config)(**{**config.__dict__, "name": "gsm8k"})
-    monkeypatch.setitem(registry._added, "gsm8k", (cls, mine))
+    monkeypatch.setitem(catalog._added, "gsm8k", (cls, mine))
     assert alias_of("gsm8k") is None and alias_note("gsm8k") is None
     assert leaf_specs("gsm8k") == ["gsm8k"]
 

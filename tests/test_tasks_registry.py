@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from proctor.errors import UserError
-from proctor.tasks import registry
+from proctor.tasks import catalog, registry
 from proctor.tasks.counts import MMLU_TEST
 from proctor.tasks.mmlu import CATEGORIES, SUBJECTS
 from proctor.tasks.registry import (Suite, all_specs, all_suites, leaf_specs, parse_spec, resolve,
@@ -36,7 +36,7 @@ def test_all_specs():
         assert s in specs
     # exact counts per family module: a spec added or lost anywhere shows here
     counts = {family.__name__.removeprefix("proctor.tasks."): len(family.configs())
-              for family in registry._FAMILIES}
+              for family in catalog.FAMILIES}
     assert counts == {
         "mmlu": 57 * 3, "socialiqa": 4, "arc": 6, "hellaswag": 3,    # OLMES MC/RC (+ MMLU's ::tulu)
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)

@@ -26,7 +26,8 @@ import numpy as np
 
 from proctor.backends.decoding import StopWatch, row_generator, sample_token
 from proctor.backends.llamacpp_native import NativeModel
-from proctor.backends.sources import file_sha256, resolve_source
+from proctor.backends.sources import resolve_source
+from proctor.digests import file_sha256
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError

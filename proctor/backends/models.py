@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proctor.backends.sources import ALIASES, ModelSource, directory_identity, file_sha256, resolve_source
+from proctor.backends.sources import ALIASES, ModelSource, resolve_source
 from proctor.errors import UserError
 from proctor.cache_dir import cache_root
+from proctor.digests import directory_identity, file_sha256
 from proctor.outputs.atomic import make_stage, unmark
 
 _MARKER = "proctor-gguf.json"

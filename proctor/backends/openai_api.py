@@ -65,7 +65,8 @@ from proctor.backends.decoding import find_stop
 from proctor.backends.redact import redact_url, strip_credentials
 from proctor.backends.openai_http import (CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy,
                                           ServerRejected)
-from proctor.backends.sources import ALIASES, file_sha256, resolve_source
+from proctor.backends.sources import ALIASES, resolve_source
+from proctor.digests import file_sha256
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError

@@ -6,7 +6,7 @@ ONE row (the next-token distribution at the context's last position scores them 
 every other request gets its own row.
 
 With a backend that shares prefixes, rows that start with the same long token run
-(found by `proctor.engine.prefix`) are batched together: the batch carries the prefix
+(`find_prefix_groups`, on the clusters `proctor.engine.prefix` chooses) are batched together: the batch carries the prefix
 once and its rows hold only their suffixes, with readout positions still counted from
 the start of the full sequence.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from proctor.engine.prefix import find_prefix_groups
+from proctor.engine.prefix import prefix_clusters
 from proctor.engine.tokens import Window
 
 
@@ -40,6 +40,47 @@ class Row:
 class PlannedRow:
     row: Row
     keys: tuple[str, ...]      # request key of each readout, aligned with row.readouts
+
+
+@dataclass(frozen=True)
+class PrefixGroup:
+    """Rows (full tokens) that all start with `prefix`."""
+
+    prefix: tuple[int, ...]
+    rows: tuple[PlannedRow, ...]               # rows that continue `prefix` directly
+    nested: tuple["PrefixGroup", ...] = ()     # rows that share a longer prefix (full tokens, no deeper nesting)
+
+    @property
+    def all_rows(self) -> tuple[PlannedRow, ...]:
+        return self.rows + tuple(r for n in self.nested for r in n.rows)
+
+
+def shareable(row: PlannedRow) -> tuple[int, ...]:
+    """The leading tokens of a row that no readout reads a hidden state from.
+
+    A row may share only these: the hidden state at its first readout position must come
+    from the row's own forward pass."""
+    first = min(r.start for r in row.row.readouts)
+    return row.row.tokens[:first]
+
+
+def find_prefix_groups(rows: Sequence[PlannedRow]) -> tuple[list[PrefixGroup], list[PlannedRow]]:
+    """Split rows into prefix groups and rows that share nothing worth sharing.
+
+    Depends only on token content and request keys, never on the order of `rows`.
+    """
+    ordered = sorted(rows, key=lambda r: (shareable(r), r.row.tokens, r.keys))
+    shares = [shareable(r) for r in ordered]
+    groups: list[PrefixGroup] = []
+    grouped: set[int] = set()
+    for lo, hi, m, inner in prefix_clusters(shares):
+        nested = tuple(PrefixGroup(shares[a][:n], tuple(ordered[a:b])) for a, b, n, _ in inner)
+        in_nested = {i for a, b, _, _ in inner for i in range(a, b)}
+        direct = tuple(ordered[i] for i in range(lo, hi) if i not in in_nested)
+        groups.append(PrefixGroup(shares[lo][:m], direct, nested))
+        grouped.update(range(lo, hi))
+    rest = [r for i, r in enumerate(ordered) if i not in grouped]
+    return groups, rest
 
 
 @dataclass(frozen=True)

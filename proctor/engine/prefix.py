@@ -1,9 +1,9 @@
-"""Find token prefixes that many rows share, so a backend can compute each one once.
+"""Choose the token prefixes that many sequences share, so a backend computes each one once.
 
-A row may share only the tokens before its first readout position: the hidden state at
-that position must come from the row's own forward pass. Sorted by that shareable part,
-any set of rows with a common prefix is a contiguous run, and the longest prefix common
-to a run is the minimum of its adjacent longest-common-prefixes (LCPs).
+Given sequences sorted by content (each row's shareable part: the tokens before its first
+readout, see `proctor.engine.plan.find_prefix_groups`), any set of them with a common
+prefix is a contiguous run, and the longest prefix common to a run is the minimum of its
+adjacent longest-common-prefixes (LCPs).
 
 Clusters are chosen on the LCP-interval tree: a run keeps one prefix for all its rows
 unless cutting it at its weakest links saves more tokens (e.g. all items of an MMLU
@@ -13,41 +13,22 @@ neighbouring items share only "Question:", so there each item becomes its own cl
 A cluster may hold nested clusters: rows that share more than the cluster's prefix (the
 choices of one RC item after a shared few-shot block). A backend computes the outer
 prefix once for all its batches and each nested part once in its batch.
+
+This module knows token tuples only; `proctor.engine.plan` turns its clusters into groups
+of rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
-
-if TYPE_CHECKING:
-    from proctor.engine.plan import PlannedRow
+from typing import Sequence
 
 MIN_PREFIX = 16     # tokens; a shorter shared prefix does not pay for its extra forward pass
 CLUSTER_COST = 16   # tokens a cluster costs: one more forward pass, smaller batches
 _MAX_DEPTH = 200    # past this nesting a run is taken whole (bounds recursion; never hit in practice)
 
 
-@dataclass(frozen=True)
-class PrefixGroup:
-    """Rows (full tokens) that all start with `prefix`."""
-
-    prefix: tuple[int, ...]
-    rows: tuple[PlannedRow, ...]               # rows that continue `prefix` directly
-    nested: tuple["PrefixGroup", ...] = ()     # rows that share a longer prefix (full tokens, no deeper nesting)
-
-    @property
-    def all_rows(self) -> tuple[PlannedRow, ...]:
-        return self.rows + tuple(r for n in self.nested for r in n.rows)
-
-
-def shareable(row: PlannedRow) -> tuple[int, ...]:
-    """The leading tokens of a row that no readout reads a hidden state from."""
-    first = min(r.start for r in row.row.readouts)
-    return row.row.tokens[:first]
-
-
 def common_prefix_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading tokens `a` and `b` have in common."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -89,22 +70,9 @@ def _clusters(lcp: Sequence[int], lo: int, hi: int, depth: int, base: int = 0,
     return saved, chosen
 
 
-def find_prefix_groups(rows: Sequence[PlannedRow]) -> tuple[list[PrefixGroup], list[PlannedRow]]:
-    """Split rows into prefix groups and rows that share nothing worth sharing.
-
-    Depends only on token content and request keys, never on the order of `rows`.
-    """
-    ordered = sorted(rows, key=lambda r: (shareable(r), r.row.tokens, r.keys))
-    shares = [shareable(r) for r in ordered]
-    lcp = [common_prefix_length(shares[i], shares[i + 1]) for i in range(len(ordered) - 1)]
-    _, chosen = _clusters(lcp, 0, len(ordered), 0)
-    groups: list[PrefixGroup] = []
-    grouped: set[int] = set()
-    for lo, hi, m, inner in chosen:
-        nested = tuple(PrefixGroup(shares[a][:n], tuple(ordered[a:b])) for a, b, n, _ in inner)
-        in_nested = {i for a, b, _, _ in inner for i in range(a, b)}
-        direct = tuple(ordered[i] for i in range(lo, hi) if i not in in_nested)
-        groups.append(PrefixGroup(shares[lo][:m], direct, nested))
-        grouped.update(range(lo, hi))
-    rest = [r for i, r in enumerate(ordered) if i not in grouped]
-    return groups, rest
+def prefix_clusters(shares: Sequence[tuple[int, ...]]) -> list[Cluster]:
+    """The clusters worth sharing among content-sorted sequences: (lo, hi, prefix length,
+    nested clusters), each covering `shares[lo:hi]`, nested ones inside their cluster's range."""
+    lcp = [common_prefix_length(shares[i], shares[i + 1]) for i in range(len(shares) - 1)]
+    _, chosen = _clusters(lcp, 0, len(shares), 0)
+    return chosen

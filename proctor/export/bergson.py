@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from proctor.backends.sources import file_sha256
+from proctor.digests import file_sha256
 from proctor.errors import UserError
 from proctor.export import TARGETS
 from proctor.outputs.records import (SIDECAR_COLUMNS, ChoiceRecord, GenerationRecord, QueryMetadata, RunRecord,
@@ -259,8 +259,8 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
 
     from proctor.backends.openai_api import load_tokenizer
     from proctor.engine.tokens import TokenizationPolicy
-    from proctor.outputs.atomic import atomic_write_text, staged_directory
-    from proctor.outputs.owned import check_output_dir
+    from proctor.outputs.atomic import atomic_write_text
+    from proctor.outputs.owned import check_output_dir, staged_directory
 
     run_dir = Path(run_dir).resolve()
     check_output_dir(Path(output), overwrite=overwrite)

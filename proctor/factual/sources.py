@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence
 
-from proctor.backends.sources import file_sha256
 from proctor.data.fields import check, field, optional_field
 from proctor.data.readers import parse_json, read_text, split_lines
 from proctor.data.sources import resolve_data_dir
+from proctor.digests import file_sha256
 from proctor.errors import UserError
 from proctor.factual.relations import EQ_RELATIONS, POPQA_PROPS, RELATIONS
 

@@ -2,23 +2,20 @@
 
 Staging directories sit beside their destination, named after it, the host and the
 process that made them (`proctor.liveness`), so the next run can remove what a killed
-one left behind.
+one left behind. Publishing a staged directory in place of an earlier output
+(`proctor.outputs.owned.staged_directory`) checks first that the output is proctor's.
 """
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import re
 import shutil
 import socket
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from proctor.errors import UserError
 from proctor.liveness import maker_alive, process_tag
 
 _STAGE_MARK = ".proctor-stage"   # inside every staging directory until it is published
@@ -85,47 +82,3 @@ def unmark(stage: Path) -> None:
     """Make a staging directory ready to be moved into place."""
     (stage / _STAGE_MARK).unlink()
     os.chmod(stage, 0o777 & ~_umask())
-
-
-def _write_failure(final: Path, e: OSError) -> UserError:
-    why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else (e.strerror or str(e))
-    return UserError(f"cannot write {final}: {why}; nothing was written there (finished results are "
-                     f"cached: free space or choose another path, then rerun)")
-
-
-@contextmanager
-def staged_directory(final: Path, *, overwrite: bool = False, option: str = "--output") -> Iterator[Path]:
-    """Yield a hidden sibling directory to fill; on success it replaces `final` whole.
-
-    `final` must be new, empty, or (with `overwrite`) an earlier proctor output nobody
-    changed (see `owned.check_output_dir`); it is checked again just before the swap.
-    On any error the staging directory is removed and `final` is left as it was, so no
-    half-written run directory ever stands at the requested path.
-    """
-    from proctor.outputs.owned import MANIFEST, check_output_dir, manifest_text, tree_digests
-
-    final = Path(os.path.abspath(final))
-    check_output_dir(final, overwrite=overwrite, option=option)
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        stage = make_stage(final.parent, final.name, "partial")
-    except OSError as e:
-        raise _write_failure(final, e) from None
-    try:
-        yield stage
-        unmark(stage)
-        atomic_write_text(stage / MANIFEST, manifest_text(tree_digests(stage)))
-        check_output_dir(final, overwrite=overwrite, option=option)  # nothing appeared meanwhile
-        if final.is_dir() and any(final.iterdir()):
-            old = make_stage(final.parent, final.name, "old")
-            os.rename(final, old / final.name)
-            os.rename(stage, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(stage, final)  # rename(2) replaces an empty directory whole
-    except OSError as e:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise _write_failure(final, e) from None
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise

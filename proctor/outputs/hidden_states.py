@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from proctor.backends.sources import file_sha256
+from proctor.digests import file_sha256
 from proctor.errors import UserError
 from proctor.outputs.atomic import atomic_write_text
 

@@ -5,21 +5,26 @@ the sha256 of each file it wrote there. A path may be replaced only when it is p
 and unchanged since: a run directory whose every file its manifest lists (nothing added,
 nothing edited), or a single file listed in its directory's manifest. Anything else
 that already stands at an output path is refused with a message saying why.
+`write_owned_file` (one file) and `staged_directory` (a whole directory) write under
+that rule and record what they wrote.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from proctor.backends.sources import file_sha256
+from proctor.digests import file_sha256
 from proctor.errors import UserError
+from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text, make_stage, unmark
 
 MANIFEST = ".proctor-manifest.json"
 FORMAT = "proctor-manifest/1"
@@ -150,8 +155,6 @@ def _locked(directory: Path) -> Iterator[None]:
 def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None:
     """Write `path` atomically and record it in its directory's manifest; refuse to replace a
     file proctor did not write or that changed since."""
-    from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text
-
     path = Path(os.path.abspath(path))
     check_output_file(path, option=option)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -165,3 +168,45 @@ def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None
         atomic_write_bytes(path, data)
         files[path.name] = hashlib.sha256(data).hexdigest()
         atomic_write_text(path.parent / MANIFEST, manifest_text(files))
+
+
+def _write_failure(final: Path, e: OSError) -> UserError:
+    why = "the disk is full" if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else (e.strerror or str(e))
+    return UserError(f"cannot write {final}: {why}; nothing was written there (finished results are "
+                     f"cached: free space or choose another path, then rerun)")
+
+
+@contextmanager
+def staged_directory(final: Path, *, overwrite: bool = False, option: str = "--output") -> Iterator[Path]:
+    """Yield a hidden sibling directory to fill; on success it replaces `final` whole.
+
+    `final` must be new, empty, or (with `overwrite`) an earlier proctor output nobody
+    changed (see `check_output_dir`); it is checked again just before the swap.
+    On any error the staging directory is removed and `final` is left as it was, so no
+    half-written run directory ever stands at the requested path.
+    """
+    final = Path(os.path.abspath(final))
+    check_output_dir(final, overwrite=overwrite, option=option)
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        stage = make_stage(final.parent, final.name, "partial")
+    except OSError as e:
+        raise _write_failure(final, e) from None
+    try:
+        yield stage
+        unmark(stage)
+        atomic_write_text(stage / MANIFEST, manifest_text(tree_digests(stage)))
+        check_output_dir(final, overwrite=overwrite, option=option)  # nothing appeared meanwhile
+        if final.is_dir() and any(final.iterdir()):
+            old = make_stage(final.parent, final.name, "old")
+            os.rename(final, old / final.name)
+            os.rename(stage, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(stage, final)  # rename(2) replaces an empty directory whole
+    except OSError as e:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise _write_failure(final, e) from None
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise

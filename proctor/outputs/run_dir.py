@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from proctor.errors import UserError
-from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text, staged_directory
+from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text
+from proctor.outputs.owned import staged_directory
 from proctor.outputs.records import (
     FORMAT_VERSION, RECORD_READERS, SIDECAR_COLUMNS, EngineRecord, ModelRecord, QueryMetadata, RunConfig,
     RunRecord, SpecScore, TaskRecord, Timing,

@@ -10,7 +10,7 @@ alias's shots, as lm-eval's --num_fewshot replaces the YAML's.
 Each alias was compared with lm-eval 0.4.13's task file (lm_eval/tasks/<file>): dataset
 and split, doc_to_text / doc_to_target / doc_to_choice, description, delimiters, sampler,
 generation settings, filters and metrics, and a group's aggregation. Where proctor's spec
-still differs, the alias says how (`Alias.differs`, shown by `alias_note`). Not offered:
+still differs, the alias says how (`Alias.differs`, shown by `registry.alias_note`). Not offered:
 lm-eval names proctor has no spec of the same format for (`arc_easy`, `ai2_arc`,
 `truthfulqa` with its generation task, `gsm8k_cot`, `humaneval_instruct`,
 `humaneval_plus`, the `leaderboard_*` tasks of the Open LLM Leaderboard v2).
@@ -120,12 +120,3 @@ def describe(alias: Alias, num_fewshot: Optional[int] = None) -> str:
              else f"{alias.shots}-shot, lm-eval's default")
     line = f"{alias.name} → {alias.spec} ({shots})"
     return f"{line}; differs from lm-eval: {alias.differs}" if alias.differs else line
-
-
-def alias_note(name: str, num_fewshot: Optional[int] = None) -> Optional[str]:
-    """What an lm-eval task name given to `proctor run` stands for (None: not an alias, or a
-    proctor spec or suite of that name, which wins). `num_fewshot`: the run's --num-fewshot."""
-    from proctor.tasks.registry import alias_of
-
-    alias = alias_of(name)
-    return None if alias is None else describe(alias, num_fewshot)

@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Callable, Optional, Sequence, TypeVar, Union
 
 from proctor.errors import UserError
-from proctor.tasks import registry
+from proctor.tasks import catalog
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.choice import ChoiceTask
 from proctor.tasks.custom import CHOICE_METRICS, DEFAULT_METRIC, SUFFIXES, read_task_file, task_class
@@ -88,7 +88,7 @@ def task(spec: str, *, benchmark: Optional[str] = None, dataset_path: Optional[s
         config = TaskConfig(name=spec.strip(), benchmark=benchmark or name, dataset_path=dataset_path or origin,
                             dataset_name=dataset_name, split=split, num_shots=num_shots,
                             primary_metric=metric, fewshot_source=fewshot_source, subject=subject)
-        registry.add_task(cls, config, origin)
+        catalog.add_task(cls, config, origin)
         return cls
 
     return register
@@ -122,14 +122,14 @@ def include(paths: Sequence[Union[str, Path]]) -> list[str]:
 def _include_task_file(file: Path) -> list[str]:
     defs = read_task_file(file)  # the whole file is checked before any of it registers
     origin = str(file.resolve())
-    builtin = {parse_spec(n)[0] for n in registry.builtin_names()}
+    builtin = {parse_spec(n)[0] for n in catalog.builtin_names()}
     for d in defs:
         if d.name in builtin:
             raise UserError(f"{file}: field 'name' is {d.name!r}, the name of a built-in task; choose another")
     names = []
     for d in defs:
         for form in d.forms:
-            registry.add_task(task_class(d, form), d.config(form), origin)
+            catalog.add_task(task_class(d, form), d.config(form), origin)
             names.append(d.spec(form))
     return names
 
@@ -156,7 +156,7 @@ def _include_module(file: Path) -> list[str]:
         except Exception as e:  # the user's module failed: one line, not their traceback
             del sys.modules[module_name]
             raise UserError(f"{file}: importing it failed: {_one_line(e)}") from None
-    return registry.added_specs(str(resolved))
+    return catalog.added_specs(str(resolved))
 
 
 def _one_line(e: BaseException) -> str:
@@ -174,12 +174,12 @@ def load_entry_points() -> list[str]:
     """
     added: list[str] = []
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        before = set(registry.added_specs())
+        before = set(catalog.added_specs())
         where = f"entry point {ep.name!r} ({ep.value}) of group {ENTRY_POINT_GROUP!r}"
         try:
             loaded = ep.load()
             if isinstance(loaded, ModuleType):
-                names = [n for n in registry.added_specs() if n not in before]
+                names = [n for n in catalog.added_specs() if n not in before]
             elif callable(loaded):
                 paths = loaded()
                 if not isinstance(paths, (list, tuple)) or not all(isinstance(p, (str, Path)) for p in paths):

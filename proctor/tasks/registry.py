@@ -1,33 +1,29 @@
-"""Spec registry: every task spec and suite, resolution, and the `proctor tasks` listing."""
+"""Spec registry: resolution of specs, suites and lm-eval names, and the `proctor tasks` listing.
+
+The specs and suites themselves are `proctor.tasks.catalog`'s; the registry loads the
+installed plugins' tasks (`proctor.tasks.plugins`) on its first lookup, so they list and
+resolve without any flag.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
 import fnmatch
-from collections import ChainMap
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional
 
 from proctor.errors import UserError
-from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
-from proctor.tasks import bbh_olmes
+from proctor.tasks import aliases, catalog, humaneval, perplexity
 from proctor.tasks.base import Task, TaskConfig
-from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
-from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
-from proctor.tasks.leaderboard import gsm8k as lb_gsm8k
-from proctor.tasks import aliases
 from proctor.tasks.counts import official_item_count
+from proctor.tasks.plugins import load_entry_points
 from proctor.tasks.spec import parse_spec
 from proctor.tasks.suite import Suite
 
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
-           "leaf_specs", "task_config", "task_rows", "add_task", "added_specs", "alias_of"]
-
-_FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,
-             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, lb_gsm8k, humaneval, perplexity)
+           "leaf_specs", "task_config", "task_rows", "alias_of", "alias_note"]
 
 
 @dataclass(frozen=True)
@@ -43,53 +39,6 @@ class TaskRow:
     items_source: str           # "data" (counted from the data dir) or "official"
 
 
-@lru_cache(maxsize=1)
-def _tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
-    out = {}
-    for family in _FAMILIES:
-        for name, config in family.configs().items():
-            out[name] = (family.TASK_CLASS, config)
-    return out
-
-
-@lru_cache(maxsize=1)
-def _suites() -> dict[str, Suite]:
-    out = {}
-    for fmt in ("mc", "rc"):
-        for category, subjects in mmlu.CATEGORIES.items():
-            name = f"{category}:{fmt}::olmes"
-            out[name] = Suite(name, tuple(f"mmlu_{s}:{fmt}::olmes" for s in subjects))
-        out[f"mmlu:{fmt}::olmes"] = Suite(
-            f"mmlu:{fmt}::olmes", tuple(f"{c}:{fmt}::olmes" for c in mmlu.CATEGORIES))
-    # OLMES's chat suite: the 57 subjects' macro mean (allenai/olmes task_suites.py)
-    out["mmlu:mc::tulu"] = Suite("mmlu:mc::tulu", tuple(mmlu.tulu_spec(s) for s in mmlu.SUBJECTS))
-    # OLMES's `<task>::olmes` = [<task>:mc::olmes, <task>:rc::olmes], primary "mc_or_rc"
-    # (allenai/olmes oe_eval/configs/task_suites.py, OLMES_MC_TASKS: those proctor has)
-    for task in ("arc_easy", "arc_challenge", "hellaswag", "socialiqa", "mmlu"):
-        name = f"{task}::olmes"
-        out[name] = Suite(name, (f"{task}:mc::olmes", f"{task}:rc::olmes"),
-                          aggregations=("mc_or_rc",), primary="mc_or_rc")
-    # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
-    out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
-    # OLMES's Tulu BBH suites: micro mean over all docs (allenai/olmes task_suites.py)
-    for fmt in bbh_olmes.FORMATS:
-        name = bbh_olmes.suite_name(fmt)
-        out[name] = Suite(name, tuple(bbh_olmes.spec_name(t, fmt) for t in bbh.TASKS), primary="micro")
-    # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
-    for name, members in lb_mmlu.suites().items():
-        whole = name == seed_suites.MMLU_LEADERBOARD  # all 57 subjects: RRGS is defined on it
-        out[name] = Suite(name, members, primary="micro",
-                          aggregations=("macro", "micro", "rrgs") if whole else ("macro", "micro"))
-    out[lb_bigbench.SUITE] = Suite(lb_bigbench.SUITE, tuple(lb_bigbench.spec(t) for t in lb_bigbench.TASKS))
-    for table in (seed_suites.SLIMPAJAMA_DC, seed_suites.DATA_ATTRIBUTION):
-        out[table.name] = table
-    return out
-
-
-# Tasks added at run time (proctor.tasks.plugins: task files, @task classes, entry points),
-# kept apart from the cached built-ins so that adding one needs no cache invalidation.
-_added: dict[str, tuple[type[Task], TaskConfig]] = {}
-_origin: dict[str, str] = {}     # added spec -> the file (or module) that defined it
 _entry_points = "todo"           # the `proctor.tasks` entry points: "todo", "loading", "done"
 
 
@@ -98,39 +47,13 @@ def _table() -> Mapping[str, tuple[type[Task], TaskConfig]]:
     global _entry_points
     if _entry_points == "todo":
         _entry_points = "loading"  # a plugin that lists tasks while it loads must not recurse
-        from proctor.tasks.plugins import load_entry_points
         try:
             load_entry_points()
         except BaseException:
             _entry_points = "todo"  # a broken plugin fails every lookup, not only the first
             raise
         _entry_points = "done"
-    return ChainMap(_added, _tasks())
-
-
-def builtin_names() -> set[str]:
-    """The built-in task specs and suites."""
-    return set(_tasks()) | set(_suites())
-
-
-def add_task(cls: type[Task], config: TaskConfig, origin: str) -> None:
-    """Register a task spec defined outside the package; `origin` names where (a file path).
-
-    Defining a spec again from the same origin replaces it (including a file twice is fine).
-    """
-    name = config.name
-    if name in builtin_names():
-        raise UserError(f"{origin}: task spec {name!r} is a built-in spec; choose another name")
-    if _origin.get(name, origin) != origin:
-        raise UserError(f"{origin}: task spec {name!r} is already defined by {_origin[name]}; "
-                        "rename one of them")
-    _added[name] = (cls, config)
-    _origin[name] = origin
-
-
-def added_specs(origin: Optional[str] = None) -> list[str]:
-    """Specs added at run time (those of one origin, when given), in the order added."""
-    return [n for n, o in _origin.items() if origin is None or o == origin]
+    return catalog.tasks()
 
 
 def all_specs() -> list[str]:
@@ -138,20 +61,27 @@ def all_specs() -> list[str]:
 
 
 def all_suites() -> list[Suite]:
-    return [s for _, s in sorted(_suites().items())]
+    return [s for _, s in sorted(catalog.suites().items())]
 
 
 def suite(spec: str) -> Optional[Suite]:
-    return _suites().get(spec.strip())
+    return catalog.suites().get(spec.strip())
 
 
 def alias_of(spec: str) -> Optional[aliases.Alias]:
     """The lm-eval task name `spec` is (`proctor.tasks.aliases`), unless a proctor spec or
     suite has that name: those win."""
     spec = spec.strip()
-    if spec in _table() or spec in _suites():
+    if spec in _table() or spec in catalog.suites():
         return None
     return aliases.lookup(spec)
+
+
+def alias_note(name: str, num_fewshot: Optional[int] = None) -> Optional[str]:
+    """What an lm-eval task name given to `proctor run` stands for (None: not an alias, or a
+    proctor spec or suite of that name, which wins). `num_fewshot`: the run's --num-fewshot."""
+    alias = alias_of(name)
+    return None if alias is None else aliases.describe(alias, num_fewshot)
 
 
 #: families whose prompts hold no few-shot examples, whatever num_shots says
@@ -178,7 +108,7 @@ def _close_names(spec: str) -> list[str]:
     and some match), else the names close to it as a whole. Specs first, then suites, then
     lm-eval names."""
     kinds = {a.name: 2 for a in aliases.all_aliases()}
-    kinds.update({n: 1 for n in _suites()})
+    kinds.update({n: 1 for n in catalog.suites()})
     kinds.update({n: 0 for n in _table()})   # a spec or suite of an lm-eval name shadows it
     task, fmt, variant = parse_spec(spec)
     tasks = {parse_spec(n)[0] for n in kinds}
@@ -213,7 +143,7 @@ def leaf_specs(spec: str) -> list[str]:
     parse_spec(spec)
     if spec in _table():
         return [spec]
-    s = _suites().get(spec)
+    s = catalog.suites().get(spec)
     if s is None:
         alias = alias_of(spec)
         if alias is None:
@@ -311,7 +241,7 @@ def task_rows(pattern: Optional[str] = None, data_dir: Optional[Path] = None) ->
         rows.append(TaskRow(spec=name, kind="task", split=config.split, shots=_shots(config),
                             primary_metric=config.primary_metric, items=n, items_source=source))
     if not rows:
-        names = list(_table()) + list(_suites())
+        names = list(_table()) + list(catalog.suites())
         close = difflib.get_close_matches(pattern or "", names, n=2, cutoff=0.6)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise UserError(f"no task spec matches {pattern!r}; {hint}`proctor tasks` with no pattern lists all")

@@ -1,0 +1,104 @@
+"""Every task spec and suite this process knows: the built-in ones and those added at run time.
+
+Built-in specs come from the task family modules (each family's `configs()`), suites from
+the tables below. Tasks added at run time (`proctor.tasks.plugins`: task files, `@task`
+classes, entry points) are kept apart from the cached built-ins, so that adding one needs
+no cache invalidation. Looking specs up, with installed plugins loaded first, is
+`proctor.tasks.registry`'s job.
+"""
+
+from __future__ import annotations
+
+from collections import ChainMap
+from functools import lru_cache
+from typing import Mapping, Optional
+
+from proctor.errors import UserError
+from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
+from proctor.tasks import bbh_olmes
+from proctor.tasks.base import Task, TaskConfig
+from proctor.tasks.leaderboard import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
+from proctor.tasks.leaderboard import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
+from proctor.tasks.leaderboard import gsm8k as lb_gsm8k
+from proctor.tasks.suite import Suite
+
+FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,
+            lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, lb_gsm8k, humaneval, perplexity)
+
+_added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
+_origin: dict[str, str] = {}     # added spec -> the file (or module) that defined it
+
+
+@lru_cache(maxsize=1)
+def builtin_tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
+    """Every built-in task spec: spec -> (task class, config), from each family's `configs()`."""
+    out = {}
+    for family in FAMILIES:
+        for name, config in family.configs().items():
+            out[name] = (family.TASK_CLASS, config)
+    return out
+
+
+@lru_cache(maxsize=1)
+def suites() -> dict[str, Suite]:
+    """Every suite: spec -> the specs it stands for (members may be suites themselves)."""
+    out = {}
+    for fmt in ("mc", "rc"):
+        for category, subjects in mmlu.CATEGORIES.items():
+            name = f"{category}:{fmt}::olmes"
+            out[name] = Suite(name, tuple(f"mmlu_{s}:{fmt}::olmes" for s in subjects))
+        out[f"mmlu:{fmt}::olmes"] = Suite(
+            f"mmlu:{fmt}::olmes", tuple(f"{c}:{fmt}::olmes" for c in mmlu.CATEGORIES))
+    # OLMES's chat suite: the 57 subjects' macro mean (allenai/olmes task_suites.py)
+    out["mmlu:mc::tulu"] = Suite("mmlu:mc::tulu", tuple(mmlu.tulu_spec(s) for s in mmlu.SUBJECTS))
+    # OLMES's `<task>::olmes` = [<task>:mc::olmes, <task>:rc::olmes], primary "mc_or_rc"
+    # (allenai/olmes oe_eval/configs/task_suites.py, OLMES_MC_TASKS: those proctor has)
+    for task in ("arc_easy", "arc_challenge", "hellaswag", "socialiqa", "mmlu"):
+        name = f"{task}::olmes"
+        out[name] = Suite(name, (f"{task}:mc::olmes", f"{task}:rc::olmes"),
+                          aggregations=("mc_or_rc",), primary="mc_or_rc")
+    # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
+    out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
+    # OLMES's Tulu BBH suites: micro mean over all docs (allenai/olmes task_suites.py)
+    for fmt in bbh_olmes.FORMATS:
+        name = bbh_olmes.suite_name(fmt)
+        out[name] = Suite(name, tuple(bbh_olmes.spec_name(t, fmt) for t in bbh.TASKS), primary="micro")
+    # lm-eval's mmlu groups weight by size too; macro (the Open LLM Leaderboard v1 figure) is beside it
+    for name, members in lb_mmlu.suites().items():
+        whole = name == seed_suites.MMLU_LEADERBOARD  # all 57 subjects: RRGS is defined on it
+        out[name] = Suite(name, members, primary="micro",
+                          aggregations=("macro", "micro", "rrgs") if whole else ("macro", "micro"))
+    out[lb_bigbench.SUITE] = Suite(lb_bigbench.SUITE, tuple(lb_bigbench.spec(t) for t in lb_bigbench.TASKS))
+    for table in (seed_suites.SLIMPAJAMA_DC, seed_suites.DATA_ATTRIBUTION):
+        out[table.name] = table
+    return out
+
+
+def tasks() -> Mapping[str, tuple[type[Task], TaskConfig]]:
+    """Every task spec, built-in and added: spec -> (task class, config)."""
+    return ChainMap(_added, builtin_tasks())
+
+
+def builtin_names() -> set[str]:
+    """The built-in task specs and suites."""
+    return set(builtin_tasks()) | set(suites())
+
+
+def add_task(cls: type[Task], config: TaskConfig, origin: str) -> None:
+    """Register a task spec defined outside the package; `origin` names where (a file path).
+
+    Defining a spec again from the same origin replaces it (including a file twice is fine).
+    """
+    name = config.name
+    if name in builtin_names():
+        raise UserError(f"{origin}: task spec {name!r} is a built-in spec; choose another name")
+    if _origin.get(name, origin) != origin:
+        raise UserError(f"{origin}: task spec {name!r} is already defined by {_origin[name]}; "
+                        "rename one of them")
+    _added[name] = (cls, config)
+    _origin[name] = origin
+
+
+def added_specs(origin: Optional[str] = None) -> list[str]:
+    """Specs added at run time (those of one origin, when given), in the order added."""
+    return [n for n, o in _origin.items() if origin is None or o == origin]
