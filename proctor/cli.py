@@ -9,10 +9,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.data import resolve_data_dir
+from proctor.defaults import DEFAULT_MAX_LENGTH
 from proctor.errors import UserError
 from proctor.export import TARGETS
+from proctor.option import parse_positive_int
+from proctor.options import add_flags, keywords_of
+
+#: the `proctor run` options `proctor prompts` takes (it loads no model, at most a tokenizer)
+PROMPT_FLAGS = ("tasks", "limit", "num_fewshot", "data_dir", "output", "include", "overwrite", "chat_template",
+                "fewshot_as_multiturn", "system_instruction", "think_tags", "model")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,167 +28,27 @@ class _Parser(argparse.ArgumentParser):
         raise UserError(f"{message} (see `{self.prog} --help`)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
-    return value
-
-
-def _think_tags(text: str) -> tuple[str, str]:
-    opening, comma, closing = text.partition(",")
-    if not comma or not closing:
-        raise argparse.ArgumentTypeError(f"expected OPEN,CLOSE tags such as <think>,</think>, got {text!r}")
-    return opening, closing
-
-
-def _num_fewshot(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {value}")
-    return value
-
-
-def _json_object(text: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({e.msg}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
-    return value
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. step=1000), got {text!r}")
-    return key.strip(), value
-
-
-def _labels(pairs: Optional[Sequence[tuple[str, str]]]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for key, value in pairs or ():
-        if key in labels and labels[key] != value:
-            raise UserError(f"--label {key} is given twice ({labels[key]!r} and {value!r}); give it once")
-        labels[key] = value
-    return labels
-
-
-def _batch_size(text: str):
-    return "auto" if text == "auto" else _positive_int(text)
-
-
-def _specs(values: Sequence[str]) -> list[str]:
-    """`--tasks a,b c` -> ["a", "b", "c"], order kept, duplicates dropped."""
-    specs: list[str] = []
-    for value in values:
-        for spec in value.split(","):
-            spec = spec.strip()
-            if spec and spec not in specs:
-                specs.append(spec)
-    if not specs:
-        raise UserError("--tasks is empty; name at least one task spec (`proctor tasks` lists them)")
-    return specs
-
-
 def build_parser() -> argparse.ArgumentParser:
     from proctor.metrics.clusters import CLUSTER_COLUMNS
     from proctor.version import VERSION
 
     parser = _Parser(prog="proctor", description="Evaluate language models with reproducible protocols.")
     parser.add_argument("--version", action="version", version=f"proctor {VERSION}")
-    include_help = "a task file (.yaml/.toml) or module (.py) of your own, or a directory of them (repeatable)"
-    num_fewshot_help = ("few-shot examples in every task's prompts, as lm-eval's --num_fewshot (default: each "
-                        "spec's own; an lm-eval task name's: lm-eval's default)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="evaluate a model on task specs")
-    run.add_argument("--model", default=DEFAULT_MODEL, help="HF hub id, local dir, .gguf file, or smollm2-135m")
-    run.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
-    run.add_argument("--include", action="append", metavar="PATH", help=include_help)
-    run.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
-    run.add_argument("--num-fewshot", type=_num_fewshot, metavar="N", help=num_fewshot_help)
-    run.add_argument("--batch-size", type=_batch_size, default="auto", help="rows per batch, or auto")
-    run.add_argument("--max-length", type=_positive_int,
-                     help=f"context window in tokens (default: OLMES specs {DEFAULT_MAX_LENGTH}, lm-eval-format "
-                          "specs the model's context length)")
-    _add_chat_options(run)
-    run.add_argument("--device", choices=["cpu", "cuda", "mps"], help="default: cuda if available, else cpu")
-    run.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    run.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
-    run.add_argument("--output", help="run directory (default: runs/<model>-<time>)")
-    run.add_argument("--overwrite", action="store_true",
-                     help="replace --output when it holds an earlier proctor run (never other files)")
-    run.add_argument(
-        "--deterministic",
-        action="store_true",
-        help="batch-invariant scores: bitwise identical for any batch size and request order (slower)",
-    )
-    run.add_argument("--seed", type=_seed, default=None,
-                     help="run seed every sample's seed derives from (default 1234)")
-    run.add_argument(
-        "--allow-unsafe-exec",
-        action="store_true",
-        help="run generated code (HumanEval) even where the sandbox cannot cut off the network",
-    )
-    run.add_argument("--backend", default="hf", choices=["hf", "llamacpp", "openai", "vllm"],
-                     help="transformers (default), llama.cpp (GGUF on CPU), an OpenAI-compatible server, or vLLM")
-    run.add_argument("--base-url", help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1")
-    run.add_argument("--tokenizer", help="openai: the served model's tokenizer (dir, .gguf, hub id or alias)")
-    run.add_argument("--concurrency", type=_positive_int, help="openai: requests in flight (default 8)")
-    run.add_argument("--openai-scoring", default="auto", choices=["auto", "echo", "forced"],
-                     help="openai: prompt log-probs by echo, or by forcing each token (llama.cpp's server); "
-                          "auto probes the server")
-    run.add_argument("--openai-extra", type=_json_object,
-                     help='openai: extra request fields as JSON, e.g. \'{"repeat_penalty": 1.0, "top_k": 0}\'')
-    run.add_argument("--threads", type=_positive_int, help="llamacpp: CPU threads (default: all cores)")
-    run.add_argument("--vllm-for-mc", action="store_true",
-                     help="vllm: read answer letters from one generated position (OLMES fast path; -999 "
-                          "outside the top 20); recorded in metrics.json")
-    run.add_argument("--tensor-parallel-size", type=_positive_int, default=1, help="vllm: GPUs per model")
-    run.add_argument("--gpu-memory-utilization", type=float,
-                     help="vllm: share of GPU memory (default 0.9); with vLLM's CPU build, the share of this "
-                          "machine's memory it reserves (default: proctor sizes its key/value cache)")
-    run.add_argument("--save-requests", action="store_true", help="also write <task>/requests.jsonl")
-    run.add_argument("--label", action="append", type=_label, metavar="KEY=VALUE",
-                     help="record a label in metrics.json for reports, e.g. step=1000 (repeatable)")
-    run.add_argument("--no-cache", action="store_true",
-                     help="neither read nor store results in the result cache ($PROCTOR_CACHE_DIR/results.sqlite)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_flags(run)
 
     tasks = sub.add_parser("tasks", help="list task specs and suites")
     tasks.add_argument("pattern", nargs="?", help="only specs containing this text (or matching this glob)")
     tasks.add_argument("--data-dir", help="count items from this data directory")
-    tasks.add_argument("--include", action="append", metavar="PATH", help=include_help)
+    add_flags(tasks, ("include",))
 
     prompts = sub.add_parser("prompts", help="write a spec's requests without loading a model")
-    prompts.add_argument("--tasks", nargs="+", required=True, help="task or suite specs, e.g. mmlu_stem:mc::olmes")
-    prompts.add_argument("--limit", type=_positive_int, help="only the first N documents of each task")
-    prompts.add_argument("--num-fewshot", type=_num_fewshot, metavar="N", help=num_fewshot_help)
-    prompts.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR, else the hub)")
-    prompts.add_argument("--output", required=True, help="directory for <task>/requests.jsonl")
-    prompts.add_argument("--include", action="append", metavar="PATH", help=include_help)
-    prompts.add_argument("--overwrite", action="store_true", help="replace --output when it holds earlier prompts")
-    _add_chat_options(prompts)
-    prompts.add_argument("--model", default=DEFAULT_MODEL,
-                         help="whose tokenizer renders chat prompts (dir, .gguf, hub id or alias)")
+    add_flags(prompts, PROMPT_FLAGS, required=("output",), help={
+        "output": "directory for <task>/requests.jsonl",
+        "overwrite": "replace --output when it holds earlier prompts",
+        "model": "whose tokenizer renders chat prompts (dir, .gguf, hub id or alias)"})
 
     verify = sub.add_parser("verify", help="check item counts, query ids and reasoning types against the seed")
     verify.add_argument("--data-dir", help="local data directory (default: $PROCTOR_DATA_DIR)")
@@ -221,11 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("scores", metavar="SCORES", help="the directory `bergson score` wrote")
     join.add_argument("--output", help="the Parquet file (default: attribution.parquet in the run directory, "
                       "beside query_metadata.parquet)")
-    join.add_argument("--top", type=_positive_int, help="keep each query's K strongest training rows (default: all)")
+    join.add_argument("--top", type=parse_positive_int, help="keep each query's K strongest training rows (default: all)")
 
     from proctor.factual.cli import add_parser as add_factual
 
-    add_factual(sub, _positive_int, _batch_size, _json_object)
+    add_factual(sub)
     return parser
 
 
@@ -233,31 +99,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     from proctor.api import evaluate
     from proctor.backends.redact import redact_url
     from proctor.engine.distributed import DistributedContext
-    from proctor.engine.gen_plan import DEFAULT_SEED
     from proctor.outputs.owned import check_output_dir
     from proctor.report import print_results
 
+    keywords = keywords_of(args)
     output = Path(args.output or f"runs/{Path(args.model).name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
     is_main = DistributedContext.from_env().is_main
     if is_main:  # checked here too so that a refusal names the CLI's options
         check_output_dir(output, overwrite=args.overwrite)
-    result = evaluate(
-        args.model, tasks=_specs(args.tasks), limit=args.limit, num_fewshot=args.num_fewshot,
-        batch_size=args.batch_size,
-        max_length=args.max_length, device=args.device, dtype=args.dtype, data_dir=args.data_dir, output=output,
-        overwrite=args.overwrite, seed=DEFAULT_SEED if args.seed is None else args.seed,
-        deterministic=args.deterministic, backend=args.backend, include=args.include or (),
-        allow_unsafe_exec=args.allow_unsafe_exec, save_requests=args.save_requests, progress=not args.no_progress,
-        cache=not args.no_cache,
-        tokenizer=args.tokenizer, base_url=args.base_url, concurrency=args.concurrency,
-        openai_scoring=args.openai_scoring, openai_extra=args.openai_extra, threads=args.threads,
-        vllm_for_mc=args.vllm_for_mc, tensor_parallel_size=args.tensor_parallel_size,
-        gpu_memory_utilization=args.gpu_memory_utilization,
-        chat_template=args.chat_template, fewshot_as_multiturn=args.fewshot_as_multiturn,
-        system_instruction=args.system_instruction, think_tags=args.think_tags or False,
-        labels=_labels(args.label), command=["proctor", *map(redact_url, sys.argv[1:])])
+    result = evaluate(**{**keywords, "output": output, "command": ["proctor", *map(redact_url, sys.argv[1:])]})
     if is_main:
-        _print_alias_notes(args)
+        _print_alias_notes(keywords["tasks"], args.num_fewshot)
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         print_results(result.primary_scores, list(result.tasks.values()))
@@ -265,26 +117,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_chat_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--chat-template", nargs="?", const=True, default=False, metavar="FILE",
-                        help="lay prompts out as chat messages rendered with the tokenizer's chat template "
-                             "(or this Jinja file's), as lm-eval's --apply_chat_template")
-    parser.add_argument("--fewshot-as-multiturn", action=argparse.BooleanOptionalAction, default=None,
-                        help="few-shot examples as user/assistant turns (default: on with --chat-template)")
-    parser.add_argument("--system-instruction", metavar="TEXT",
-                        help="lm-eval-format specs: a system message before the description")
-    parser.add_argument("--think-tags", nargs="?", const="<think>,</think>", type=_think_tags,
-                        metavar="OPEN,CLOSE",
-                        help="generation tasks: read answers without reasoning spans (default tags "
-                             "<think>,</think>); the records keep the whole text")
-
-
-def _print_alias_notes(args: argparse.Namespace) -> None:
+def _print_alias_notes(specs: Sequence[str], num_fewshot: Optional[int]) -> None:
     """Say what each lm-eval task name given stands for."""
-    from proctor.tasks.aliases import alias_note
+    from proctor.tasks.registry import alias_note
 
-    for spec in _specs(args.tasks):
-        note = alias_note(spec, args.num_fewshot)
+    for spec in specs:
+        note = alias_note(spec, num_fewshot)
         if note:
             print(f"proctor: {note}", file=sys.stderr)
 
@@ -306,21 +144,19 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
-    from proctor.outputs.atomic import staged_directory
+    from proctor.options import RunOptions
+    from proctor.outputs.owned import staged_directory
     from proctor.outputs.owned import check_output_dir
     from proctor.outputs.requests_file import request_rows
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
-    from proctor.api import chat_template_file, prompt_options
-    from proctor.pipeline import plan
+    from proctor.pipeline import plan, prompt_layout
 
     output = Path(args.output)
     check_output_dir(output, overwrite=args.overwrite)
     _include(args)
-    template_file = chat_template_file(args.chat_template)
-    options = prompt_options(chat_template=args.chat_template, fewshot_as_multiturn=args.fewshot_as_multiturn,
-                             system_instruction=args.system_instruction, num_fewshot=args.num_fewshot,
-                             think_tags=args.think_tags or False)
-    evaluation = plan(_specs(args.tasks), resolve_data_dir(args.data_dir), args.limit, options)
+    options = RunOptions.from_keywords(keywords_of(args, PROMPT_FLAGS))
+    evaluation = plan(list(options.tasks), resolve_data_dir(options.data_dir), options.limit, prompt_layout(options))
+    template_file = None if isinstance(options.chat_template, bool) else options.chat_template
     render = _chat_renderer(args.model, template_file) if evaluation.has_chats() else None
     with staged_directory(output, overwrite=args.overwrite) as stage:
         for run in evaluation.tasks.values():

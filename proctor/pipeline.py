@@ -18,6 +18,7 @@ from proctor.engine import Engine
 from proctor.errors import UserError
 from proctor.metrics import Stat
 from proctor.metrics.clusters import per_sample, task_error
+from proctor.options import RunOptions
 from proctor.outputs.records import MetricSummary, SpecScore, TaskRecord, finite
 from proctor.requests import Request, is_chat, policy_of
 from proctor.scores import TaskResult, spec_entry
@@ -107,6 +108,19 @@ class PromptOptions:
                 raise UserError(f"{config.name}: OLMES has a system prompt in chat format only; add "
                                 "--chat-template or drop --system-instruction")
         return type(task)(replace(config, **changes))
+
+
+def prompt_layout(options: RunOptions) -> PromptOptions:
+    """The prompt layout a run's options ask for. lm-eval's rules: few-shot as multiturn by
+    default with a chat template, refused without one."""
+    chat = options.chat_template is not False
+    if options.fewshot_as_multiturn and not chat:
+        raise UserError("fewshot_as_multiturn needs a chat template (--chat-template), as in lm-eval")
+    think_tags = options.think_tags
+    assert think_tags is None or isinstance(think_tags, tuple)  # RunOptions' check made it a pair
+    return PromptOptions(chat=chat, fewshot_as_multiturn=options.fewshot_as_multiturn,
+                         system_instruction=options.system_instruction, num_fewshot=options.num_fewshot,
+                         think_tags=think_tags)
 
 
 def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],

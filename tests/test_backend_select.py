@@ -4,7 +4,7 @@ import importlib.util
 
 import pytest
 
-from proctor.backends.select import BackendOptions, backend_record, open_backend
+from proctor.backends.options import OpenAIOptions, VLLMOptions, backend_options, backend_record
 from proctor.cli import main
 from proctor.errors import UserError
 
@@ -30,16 +30,16 @@ def test_options_of_another_backend_are_refused(argv, message, data_dir, tmp_pat
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vllm is installed here")
 def test_vllm_without_the_extra_says_how_to_install():
     with pytest.raises(UserError, match=r"pip install 'proctor\[vllm\]'"):
-        open_backend(BackendOptions(backend="vllm"))
+        VLLMOptions().open("smollm2-135m", max_length=None, seed=0)
 
 
 def test_unknown_backend_and_the_record():
     with pytest.raises(UserError, match="unknown backend 'tgi'"):
-        open_backend(BackendOptions(backend="tgi"))
+        backend_options("tgi", {})
     class Plain:
         def config_record(self) -> dict:
             return {}
 
-    assert backend_record(Plain(), BackendOptions()) == {"backend": "hf"}
-    record = backend_record(Plain(), BackendOptions(backend="openai", base_url="http://h/v1"))
+    assert backend_record(Plain(), backend_options("hf", {})) == {"backend": "hf"}
+    record = backend_record(Plain(), OpenAIOptions(base_url="http://h/v1"))
     assert record == {"backend": "openai", "base_url": "http://h/v1"}

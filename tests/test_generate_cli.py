@@ -18,10 +18,10 @@ def model_never_opens(monkeypatch, tmp_path):
     """A model directory that passes the location check; opening it says so instead of loading."""
     from proctor.errors import UserError
 
-    def opened(options):
+    def opened(options, model, **how):
         raise UserError("the backend was opened")
 
-    monkeypatch.setattr("proctor.api.open_backend", opened)
+    monkeypatch.setattr("proctor.backends.options.HFOptions.open", opened)
     return str(build_tiny_model(tmp_path / "tiny"))
 
 
@@ -52,6 +52,6 @@ def test_bad_seed_is_a_user_error(bad, capsys):
     assert "--seed" in capsys.readouterr().err
 
 
-def test_seed_defaults_to_none_meaning_the_fixed_default():
+def test_seed_defaults_to_the_fixed_default():
     args = build_parser().parse_args(["run", "--tasks", "gsm8k::olmes"])
-    assert args.seed is None and not args.allow_unsafe_exec
+    assert args.seed == 1234 and not args.allow_unsafe_exec

@@ -90,7 +90,7 @@ def no_work(monkeypatch):
         raise AssertionError("data or model work started before the options were checked")
 
     monkeypatch.setattr("proctor.api.plan", forbidden)
-    monkeypatch.setattr("proctor.api.open_backend", forbidden)
+    monkeypatch.setattr("proctor.backends.options.HFOptions.open", forbidden)
 
 
 def _main_error(argv: list[str], capsys) -> str:

@@ -57,13 +57,13 @@ def resolve_device(device: Optional[str]) -> torch.device:
     try:
         dev = torch.device(device)
     except RuntimeError:
-        raise UserError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
+        raise UserError(f"unknown device {device!r} (--device); use cpu, cuda, cuda:N or mps") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise UserError(f"device {device!r} requested but CUDA is not available here; use --device cpu")
     if dev.type == "mps" and not torch.backends.mps.is_available():
         raise UserError(f"device {device!r} requested but MPS is not available here; use --device cpu")
     if dev.type not in ("cpu", "cuda", "mps"):
-        raise UserError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or mps")
+        raise UserError(f"unsupported device {device!r} (--device); use cpu, cuda, cuda:N or mps")
     return dev
 
 

@@ -24,8 +24,8 @@ from proctor.engine.progress import Progress
 from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
 from proctor.engine.stats import WORK_COUNTERS, EngineStats
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
+from proctor.defaults import DEFAULT_SEED
 from proctor.errors import BatchTooLarge, UserError
-from proctor.engine.gen_plan import DEFAULT_SEED
 from proctor.requests import (
     Generate, GenerateResult, HiddenStates, HiddenStatesResult, Loglikelihood, LoglikelihoodResult, Request, Result,
     RollingLoglikelihood,

@@ -18,7 +18,6 @@ from typing import Optional, Sequence
 from proctor.errors import UserError
 from proctor.requests import Chat, Generate
 
-DEFAULT_SEED = 1234
 
 
 @dataclass(frozen=True)

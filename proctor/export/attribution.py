@@ -70,6 +70,10 @@ def read_scores(directory: Path) -> BergsonScores:
             import ml_dtypes  # noqa: F401  # registers bfloat16 with numpy
         dtype: np.dtype = np.dtype(  # type: ignore[call-overload]
             {k: info["dtype"][k] for k in ("names", "formats", "offsets", "itemsize")})
+        missing = [n for i in range(num_scores) for n in (f"score_{i}", f"written_{i}") if n not in (dtype.names or ())]
+        if missing:
+            raise UserError(f"{directory}/info.json says {num_scores} queries were scored but lists no {missing[0]} "
+                            "column; the directory is damaged: rerun `bergson score`")
         path = directory / "scores.bin"
         if path.stat().st_size != num_items * dtype.itemsize:
             raise UserError(f"{path} holds {path.stat().st_size} bytes, not the {num_items} rows of "

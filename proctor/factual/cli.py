@@ -24,9 +24,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+from proctor.backends.options import backend_fields
 from proctor.backends.redact import redact_url
 from proctor.errors import UserError
+from proctor.option import parse_positive_int
+from proctor.options import RUN_FLAGS, RunOptions, add_flags, keywords_of
 from proctor.outputs.provenance import code_git_state, library_versions
+from proctor.runtime import ModelArg, check_runtime, open_runtime
 
 if TYPE_CHECKING:
     from proctor.engine import Engine
@@ -36,8 +40,24 @@ if TYPE_CHECKING:
 DEFAULT_OUTPUT = "outputs/factual"
 
 
-def add_parser(sub: Any, positive_int: Callable[[str], int], batch_size: Callable[[str], Any],
-               json_object: Callable[[str], dict]) -> None:
+#: `proctor run` options the model steps take, as declared there (`proctor.options`)
+MODEL_FLAGS = ("model", "batch_size", "chat_template", "cache")
+#: the backends' options `factual generate` takes (vLLM's and the OpenAI server's scoring options
+#: are about log-probs, which generation reads none of)
+GENERATE_BACKEND_FLAGS = tuple(name for name in backend_fields() if name not in ("vllm_for_mc", "openai_scoring"))
+_HELP = {
+    "batch_size": "rows per batch (generation: samples decoded at once), or auto",
+    "dtype": "auto: bfloat16 (the seed's) where the device runs it fast, else float32",
+    "chat_template": "not the seed's protocol: give each query as one user turn rendered with the tokenizer's chat "
+                     "template (or this Jinja file's) and its generation prompt; the files record the template, "
+                     "and numbers are not comparable with the seed's",
+    "cache": "neither read nor store results in the result cache (then a killed run starts over)",
+    "openai_extra": 'openai: extra request fields as JSON, e.g. \'{"repeat_penalty": 1.0}\' (llama.cpp\'s server '
+                    "penalises repeats even when greedy)",
+}
+
+
+def add_parser(sub: Any) -> None:
     """Register `proctor factual` and its subcommands on the main parser's subparsers."""
     factual = sub.add_parser("factual", help="factual recall under perturbation (bank, generate, score, ISS/KTS)")
     steps = factual.add_subparsers(dest="step", required=True, parser_class=type(factual))
@@ -45,40 +65,20 @@ def add_parser(sub: Any, positive_int: Callable[[str], int], batch_size: Callabl
     bank = steps.add_parser("bank", help="build a query bank from the factual sources in the data directory")
     bank.add_argument("--output", required=True, help="bank file to write (JSONL)")
     bank.add_argument("--data-dir", help="data directory holding factual/ (default: $PROCTOR_DATA_DIR)")
-    bank.add_argument("--facts-per-relation", type=positive_int, help="at most N facts per source and relation")
+    bank.add_argument("--facts-per-relation", type=parse_positive_int, help="at most N facts per source and relation")
     bank.add_argument("--languages", help="crosslingual languages of BMLAMA-17, comma-separated (default: fr,ru,zh,ja,ar)")
     bank.add_argument("--sources", help="sources to use, comma-separated (default: all)")
 
     def model_options(p: argparse.ArgumentParser, *, any_backend: bool) -> None:
-        p.add_argument("--model", default="smollm2-135m", help="HF hub id, local dir, .gguf file, or smollm2-135m")
         p.add_argument("--name", help="model name in file names and rows (default: from --model)")
-        p.add_argument("--batch-size", type=batch_size, default="auto",
-                       help="rows per batch (generation: samples decoded at once), or auto")
-        p.add_argument("--device", help="cpu, cuda, cuda:N or mps (default: cuda if available)")
-        p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                       help="auto: bfloat16 (the seed's) where the device runs it fast, else float32")
-        p.add_argument("--chat-template", nargs="?", const=True, default=False, metavar="FILE",
-                       help="not the seed's protocol: give each query as one user turn rendered with the "
-                            "tokenizer's chat template (or this Jinja file's) and its generation prompt; "
-                            "the files record the template, and numbers are not comparable with the seed's")
-        if any_backend:  # hidden states (hidden, run) need the model's layers in this process: transformers
-            p.add_argument("--backend", default="hf", choices=["hf", "llamacpp", "openai", "vllm"],
-                           help="transformers (default), llama.cpp (GGUF on CPU), an OpenAI-compatible "
-                                "server, or vLLM")
-            p.add_argument("--base-url", help="openai: the server's API root, e.g. http://127.0.0.1:8000/v1")
-            p.add_argument("--tokenizer", help="openai: the served model's tokenizer (dir, .gguf, hub id or alias)")
-            p.add_argument("--concurrency", type=positive_int, help="openai: requests in flight (default 8)")
-            p.add_argument("--openai-extra", type=json_object,
-                           help='openai: extra request fields as JSON, e.g. \'{"repeat_penalty": 1.0}\' '
-                                "(llama.cpp's server penalises repeats even when greedy)")
-            p.add_argument("--threads", type=positive_int, help="llamacpp: CPU threads (default: all cores)")
-        p.add_argument("--no-cache", action="store_true",
-                       help="neither read nor store results in the result cache (then a killed run starts over)")
+        # hidden states (hidden, run) need the model's layers in this process: transformers
+        backend = ("backend", *GENERATE_BACKEND_FLAGS) if any_backend else ("device", "dtype")
+        add_flags(p, (*MODEL_FLAGS, *backend), help=_HELP)
 
     def common(p: argparse.ArgumentParser, *, bank_required: bool = True) -> None:
         p.add_argument("--bank", required=bank_required, help="the query bank (JSONL)")
         p.add_argument("--output-dir", default=DEFAULT_OUTPUT, help=f"default: {DEFAULT_OUTPUT}")
-        p.add_argument("--no-progress", action="store_true")
+        add_flags(p, ("progress",))
 
     generate = steps.add_parser("generate", help="greedy generations for every query (resumable)")
     common(generate)
@@ -100,7 +100,7 @@ def add_parser(sub: Any, positive_int: Callable[[str], int], batch_size: Callabl
     metrics = steps.add_parser("metrics", help="ISS and KTS per condition from scored rows and hidden states")
     common(metrics)
     metrics.add_argument("--name", required=True, help="model name used by the earlier steps")
-    metrics.add_argument("--bootstrap", type=positive_int, default=1000, help="bootstrap resamples for ISS CIs")
+    metrics.add_argument("--bootstrap", type=parse_positive_int, default=1000, help="bootstrap resamples for ISS CIs")
     metrics.add_argument("--kts-layer", default="mean", choices=["mean", "best"],
                          help="KTS features: the mean of the stored layers, or the layer with the best "
                               "anchor validation AUROC (chosen on anchor training facts only)")
@@ -108,7 +108,7 @@ def add_parser(sub: Any, positive_int: Callable[[str], int], batch_size: Callabl
     run = steps.add_parser("run", help="generate, score, extract hidden states and compute ISS/KTS")
     common(run)
     model_options(run, any_backend=False)
-    run.add_argument("--bootstrap", type=positive_int, default=1000)
+    run.add_argument("--bootstrap", type=parse_positive_int, default=1000)
     run.add_argument("--kts-layer", default="mean", choices=["mean", "best"])
 
 
@@ -126,12 +126,12 @@ def run_command(args: argparse.Namespace) -> int:
         _check_output_dir(Path(args.output_dir))  # before any bank, data or model work
     if args.step not in MODEL_STEPS:
         return STEPS[args.step](args)
+    options = _run_options(args)  # checked before the bank is read
+    model = ModelArg.of(options.model, options.backend)
     bank = _bank(args)
-    engine = _engine(args)
-    try:
-        return MODEL_STEPS[args.step](args, bank, engine)
-    finally:
-        engine.distributed.stop()
+    check_runtime(model, options)
+    with open_runtime(model, options, chats=options.chat_template is not False) as runtime:
+        return MODEL_STEPS[args.step](args, bank, runtime.engine)
 
 
 def _check_output_dir(out: Path) -> None:
@@ -178,32 +178,14 @@ def cmd_bank(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine(args: argparse.Namespace) -> Engine:
-    """The engine the command's model options ask for: backend, batch size, result cache, torchrun
-    ranks, chat template (None: the seed's protocol). Options are checked before the model loads."""
-    from proctor.api import chat_template_file
-    from proctor.backends.select import BackendOptions, check_backend_options, open_backend
-    from proctor.cache_dir import results_path
-    from proctor.engine import Engine, ResultCache
-    from proctor.engine.chat import ChatTemplate
-    from proctor.engine.distributed import DistributedContext
+def _run_options(args: argparse.Namespace) -> RunOptions:
+    """The run options of a model step: its flags, the seed's decoding seed and OLMES's window."""
+    from proctor.defaults import DEFAULT_MAX_LENGTH
     from proctor.factual.prompts import DECODING
 
-    ranks = DistributedContext.from_env()
-    backend = getattr(args, "backend", "hf")
-    options = BackendOptions(
-        backend=backend, model=args.model, device=ranks.device(args.device) if backend == "hf" else args.device,
-        dtype=args.dtype, base_url=getattr(args, "base_url", None), tokenizer=getattr(args, "tokenizer", None),
-        concurrency=getattr(args, "concurrency", None), openai_extra=getattr(args, "openai_extra", None),
-        threads=getattr(args, "threads", None))
-    check_backend_options(options)
-    template_file = chat_template_file(args.chat_template)
-    cache = None if args.no_cache else ResultCache(results_path())
-    ranks.start()
-    model = ranks.in_turn(lambda: open_backend(options))
-    template = None if args.chat_template is False else ChatTemplate.resolve(template_file, model.tokenizer)
-    return Engine(model, batch_size=args.batch_size, cache=cache, progress=not args.no_progress and ranks.is_main,
-                  seed=DECODING.seed, distributed=ranks, chat_template=template)
+    names = [name for name in RUN_FLAGS if hasattr(args, name)]
+    return RunOptions.from_keywords({**keywords_of(args, names), "seed": DECODING.seed,
+                                     "max_length": DEFAULT_MAX_LENGTH})
 
 
 def _generations_path(args: argparse.Namespace, name: str) -> Path:

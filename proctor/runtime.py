@@ -1,0 +1,143 @@
+"""The runtime session of a run: ranks, backend, result cache, chat template and engine, opened
+together and closed together.
+
+`open_runtime` is how every command that runs a model gets its engine — `evaluate`, the
+factual probe and the benchmarks alike — so the checks before the model loads, the order in
+which torchrun's ranks load it, and what the engine is told are written once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterator, Optional
+
+from proctor.backends.options import HFOptions, backend_record
+from proctor.cache_dir import results_path
+from proctor.defaults import DEFAULT_MAX_LENGTH
+from proctor.engine import Engine, ResultCache
+from proctor.engine.backend import Backend
+from proctor.engine.chat import ChatTemplate
+from proctor.engine.distributed import DistributedContext
+from proctor.errors import UserError
+from proctor.options import RunOptions
+
+
+@dataclass(frozen=True)
+class ModelArg:
+    """What the caller gave as the model, sorted out before any work."""
+
+    name: str                               # as metrics.json records it
+    location: Optional[str] = None          # a hub id, path or alias for a backend to load
+    loaded: Any = None                      # a transformers model object
+    backend: Optional[Backend] = None       # a ready proctor backend
+
+    @classmethod
+    def of(cls, model: Any, backend: str) -> "ModelArg":
+        from proctor.backends.loaded import is_transformers_model
+
+        if isinstance(model, (str, os.PathLike)):
+            return cls(os.fspath(model), location=os.fspath(model))
+        if backend != "hf":
+            raise UserError(f"backend={backend!r} loads its model itself; pass the model's path or id, "
+                            "not an object")
+        if is_transformers_model(model):
+            return cls(f"<loaded {type(model).__name__}: {getattr(model, 'name_or_path', '') or 'no path'}>",
+                       loaded=model)
+        if isinstance(model, Backend):
+            return cls(f"<backend {type(model).__name__}>", backend=model)
+        raise UserError(f"cannot evaluate a {type(model).__name__}: pass a hub id, a local directory, a .gguf "
+                        "file, an alias such as smollm2-135m, a transformers PreTrainedModel or a proctor Backend")
+
+
+@dataclass
+class Runtime:
+    """An open session: the engine and what it runs on. Use it inside `open_runtime`'s `with`."""
+
+    options: RunOptions
+    model: ModelArg
+    ranks: DistributedContext
+    backend: Backend
+    cache: Optional[ResultCache]
+    engine: Engine
+    load_seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def template(self) -> Optional[ChatTemplate]:
+        return self.engine.policy.chat_template
+
+    @property
+    def backend_name(self) -> str:
+        """The backend as metrics.json names it (a ready Backend object: its class)."""
+        return self.options.backend if self.model.backend is None else type(self.model.backend).__name__
+
+    def backend_config(self) -> dict[str, Any]:
+        """The backend's own settings for metrics.json's model_config."""
+        record = backend_record(self.backend, self.options.backend_options)
+        return {k: v for k, v in record.items() if k != "backend"}
+
+    def cache_warnings(self) -> list[str]:
+        return [] if self.cache is None else self.cache.tampered_warning()
+
+
+def check_runtime(model: ModelArg, options: RunOptions) -> None:
+    """Everything about the model that can be checked before any data or model work: where it is
+    (unless the caller holds it), and the result cache."""
+    if model.location is not None:
+        options.backend_options.locate(model.location)
+    if options.cache:
+        ResultCache(results_path()).close()
+
+
+@contextmanager
+def open_runtime(model: ModelArg, options: RunOptions, *, tokenizer: Any = None, chats: bool,
+                 olmes_window: bool = False) -> Iterator[Runtime]:
+    """Join the ranks, load the backend (in turn, see `DistributedContext.in_turn`), open the result
+    cache, resolve the chat template (when `chats`: some prompt is a chat) and build the engine.
+
+    `olmes_window`: OLMES specs keep OLMES's window (2048) inside a longer model context unless
+    `--max-length` says otherwise. The ranks leave the process group on the way out."""
+    ranks = DistributedContext.from_env()
+    started = time.perf_counter()
+    warnings: list[str] = []
+    cache = ResultCache(results_path()) if options.cache else None
+    ranks.start()
+    try:
+        if model.backend is not None:
+            backend = model.backend
+        elif model.loaded is not None:
+            from proctor.backends.loaded import loaded_backend
+
+            device = getattr(options.backend_options, "device", None)
+            dtype = getattr(options.backend_options, "dtype", "auto")
+            backend, warnings = loaded_backend(model.loaded, tokenizer, max_length=options.max_length,
+                                               device=device, dtype=dtype, cache=options.cache)
+            if not backend.identity:
+                cache = None
+        else:
+            chosen = options.backend_options
+            if isinstance(chosen, HFOptions):  # a GPU of its own for each rank
+                chosen = replace(chosen, device=ranks.device(chosen.device))
+            location = model.location
+            assert location is not None
+            backend = ranks.in_turn(lambda: chosen.open(location, max_length=options.max_length,
+                                                        seed=options.seed))
+        load_seconds = time.perf_counter() - started
+        olmes_max_length = (min(options.max_length or DEFAULT_MAX_LENGTH, backend.max_length)
+                            if olmes_window else None)
+        template = ChatTemplate.resolve(_template_file(options), backend.tokenizer) if chats else None
+        engine = Engine(backend, batch_size=options.batch_size, cache=cache,
+                        progress=options.progress and ranks.is_main, deterministic=options.deterministic,
+                        seed=options.seed, distributed=ranks, olmes_max_length=olmes_max_length,
+                        chat_template=template)
+        yield Runtime(options, model, ranks, backend, cache, engine, load_seconds, warnings)
+    finally:
+        ranks.stop()
+
+
+def _template_file(options: RunOptions) -> Optional[str]:
+    """The chat template's Jinja file, if the option names one (True: the tokenizer's own)."""
+    return None if isinstance(options.chat_template, bool) else options.chat_template
