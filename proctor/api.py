@@ -64,7 +64,7 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
     # Everything that can be checked is checked before any data or model work.
     if out is not None and is_main:
         check_output_dir(out, overwrite=options.overwrite, option="output")
-    check_runtime(source, options)
+    source = check_runtime(source, options)
     data = resolve_data_dir(options.data_dir)
     evaluation = plan(list(options.tasks), data, options.limit, prompt_layout(options))
     evaluation.preflight(options.allow_unsafe_exec)  # a refusal costs no model load

@@ -169,12 +169,11 @@ def cmd_prompts(args: argparse.Namespace) -> int:
 
 def _chat_renderer(model: str, template_file: Optional[str]) -> Callable[[Any], str]:
     """A chat request's prompt as `model`'s tokenizer renders it (its template, or the file's)."""
-    from proctor.backends.openai_api import load_tokenizer
-    from proctor.backends.sources import ALIASES
+    from proctor.backends.openai_api import load_tokenizer, tokenizer_source
     from proctor.engine.chat import ChatTemplate
     from proctor.engine.tokens import TokenizationPolicy
 
-    tokenizer, _ = load_tokenizer(None if model in ALIASES else model, model)
+    tokenizer = load_tokenizer(tokenizer_source(model, model))
     policy = TokenizationPolicy(tokenizer, max_length=DEFAULT_MAX_LENGTH,
                                 chat_template=ChatTemplate.resolve(template_file, tokenizer))
     return lambda request: policy.text(request.context, request.policy)

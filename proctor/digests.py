@@ -69,3 +69,13 @@ def _directory_identity(directory: Path) -> str:
     if not any(n.endswith(_WEIGHT_SUFFIXES) for n in parts):
         raise UserError(f"model directory {directory} has no weight files ({', '.join(_WEIGHT_SUFFIXES)})")
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def tokenizer_digest(directory: Path) -> str:
+    """A short hash over the tokenizer files of a directory (UserError when it has none)."""
+    # vocab.txt was never part of this digest: adding it would change the identities in caches and records
+    names = tuple(n for n in _TOKENIZER_FILES if n != "vocab.txt")
+    parts = {n: file_sha256(directory / n) for n in names if (directory / n).is_file()}
+    if not parts:
+        raise UserError(f"{directory} has no tokenizer files ({', '.join(names)})")
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]

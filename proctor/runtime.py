@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional
 
 from proctor.backends.options import HFOptions, backend_record
+from proctor.backends.sources import ModelSource
 from proctor.cache_dir import results_path
 from proctor.defaults import DEFAULT_MAX_LENGTH
 from proctor.engine import Engine, ResultCache
@@ -33,6 +34,7 @@ class ModelArg:
     location: Optional[str] = None          # a hub id, path or alias for a backend to load
     loaded: Any = None                      # a transformers model object
     backend: Optional[Backend] = None       # a ready proctor backend
+    source: Optional[ModelSource] = None    # where `location` is and what it holds (`check_runtime`)
 
     @classmethod
     def of(cls, model: Any, backend: str) -> "ModelArg":
@@ -83,13 +85,15 @@ class Runtime:
         return [] if self.cache is None else self.cache.tampered_warning()
 
 
-def check_runtime(model: ModelArg, options: RunOptions) -> None:
+def check_runtime(model: ModelArg, options: RunOptions) -> ModelArg:
     """Everything about the model that can be checked before any data or model work: where it is
-    (unless the caller holds it), and the result cache."""
+    and what it holds (unless the caller holds it: it is resolved here, once per run), and the
+    result cache. Returns `model` with its source."""
     if model.location is not None:
-        options.backend_options.locate(model.location)
+        model = replace(model, source=options.backend_options.locate(model.location))
     if options.cache:
         ResultCache(results_path()).close()
+    return model
 
 
 @contextmanager
@@ -121,9 +125,9 @@ def open_runtime(model: ModelArg, options: RunOptions, *, tokenizer: Any = None,
             chosen = options.backend_options
             if isinstance(chosen, HFOptions):  # a GPU of its own for each rank
                 chosen = replace(chosen, device=ranks.device(chosen.device))
-            location = model.location
-            assert location is not None
-            backend = ranks.in_turn(lambda: chosen.open(location, max_length=options.max_length,
+            location, source = model.location, model.source
+            assert location is not None and source is not None, "check_runtime resolves the model"
+            backend = ranks.in_turn(lambda: chosen.open(location, source, max_length=options.max_length,
                                                         seed=options.seed))
         load_seconds = time.perf_counter() - started
         olmes_max_length = (min(options.max_length or DEFAULT_MAX_LENGTH, backend.max_length)

@@ -68,7 +68,7 @@ def test_a_loaded_model_needs_no_model_files_found(tiny, data_dir, cache_dir, mo
     def nowhere(model):
         raise AssertionError(f"looked for {model}")
 
-    monkeypatch.setattr("proctor.backends.models.check_available", nowhere)
+    monkeypatch.setattr("proctor.backends.options.resolve_source", nowhere)
     model, tokenizer = loaded(tiny)
     run = proctor.evaluate(model, tokenizer=tokenizer, tasks=[MC], limit=1, data_dir=data_dir, progress=False)
     assert run.model.backend == "hf" and len(run.tasks[MC].records) == 1

@@ -18,7 +18,7 @@ def model_never_opens(monkeypatch, tmp_path):
     """A model directory that passes the location check; opening it says so instead of loading."""
     from proctor.errors import UserError
 
-    def opened(options, model, **how):
+    def opened(options, model, source, **how):
         raise UserError("the backend was opened")
 
     monkeypatch.setattr("proctor.backends.options.HFOptions.open", opened)

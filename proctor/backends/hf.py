@@ -12,7 +12,7 @@ rows whose position ids continue after the prefix.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
@@ -22,7 +22,7 @@ from proctor.backends.packed_attention import NAME as PACKED
 from proctor.backends.packed_attention import PackedLayout, packed
 from proctor.backends.padding import left_padded, right_padded
 from proctor.backends.prefix_kv import run_prefix
-from proctor.backends.sources import resolve_source
+from proctor.backends.sources import ModelSource, as_source
 from proctor.engine.plan import Readout, Row
 from proctor.defaults import DEFAULT_MAX_LENGTH
 from proctor.errors import BatchTooLarge, UserError
@@ -367,13 +367,14 @@ def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor, targets: torch.Te
 
 
 def load_backend(
-    model: str, *, device: Optional[str] = None, dtype: str = "auto", max_length: Optional[int] = DEFAULT_MAX_LENGTH
+    model: Union[str, ModelSource], *, device: Optional[str] = None, dtype: str = "auto",
+    max_length: Optional[int] = DEFAULT_MAX_LENGTH,
 ) -> HFBackend:
-    """Load `model` (hub id, local dir, .gguf file, or alias like `smollm2-135m`); `max_length`
-    None: the model's context length."""
+    """Load `model` (hub id, local dir, .gguf file, or alias like `smollm2-135m`, or the source a run
+    resolved); `max_length` None: the model's context length."""
     if max_length is not None and max_length < 1:
         raise UserError(f"max length must be a positive integer, got {max_length}")
-    source = resolve_source(model)
+    source = as_source(model)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     loaded = load_model(source, dtype=torch_dtype, device=dev)

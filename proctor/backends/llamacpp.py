@@ -19,15 +19,13 @@ which the HF backend, reading EOS and the generation config, does not stop at).
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from proctor.backends.decoding import StopWatch, row_generator, sample_token
 from proctor.backends.llamacpp_native import NativeModel
-from proctor.backends.sources import resolve_source
-from proctor.digests import file_sha256
+from proctor.backends.sources import ModelSource, as_source, classify_source
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError
@@ -168,19 +166,25 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def load_llamacpp_backend(model: str, *, max_length: Optional[int], n_threads: Optional[int] = None) -> LlamaCppBackend:
-    """Load a .gguf file (or an alias of one, e.g. `smollm2-135m`) into a llama.cpp context of
-    `max_length` tokens (None: the model's trained context length)."""
+def load_llamacpp_backend(model: Union[str, ModelSource], *, max_length: Optional[int],
+                          n_threads: Optional[int] = None) -> LlamaCppBackend:
+    """Load a .gguf file (a path, an alias such as `smollm2-135m`, or the source a run resolved) into
+    a llama.cpp context of `max_length` tokens (None: the model's trained context length)."""
     if max_length is not None and max_length < 1:
         raise UserError(f"max length must be a positive integer, got {max_length}")
     if n_threads is not None and n_threads < 1:
         raise UserError(f"threads must be a positive integer, got {n_threads}")
-    source = resolve_source(model)
-    if source.kind != "gguf":
-        raise UserError(f"the llama.cpp backend needs a .gguf model file, got {model!r}; "
-                        "use the hf backend for transformers models")
+    if isinstance(model, str):
+        check_gguf_source(classify_source(model))  # before reading the file
+    source = as_source(model)
+    check_gguf_source(source)
     # llama.cpp reads n_ctx 0 as the model's trained context length
     native = NativeModel(source.location, n_ctx=max_length or 0, n_threads=n_threads or default_threads())
-    max_length = native.n_ctx
-    identity = f"gguf:{file_sha256(Path(source.location))}"
-    return LlamaCppBackend(native, path=source.location, identity=identity, max_length=max_length)
+    return LlamaCppBackend(native, path=source.location, identity=source.identity, max_length=native.n_ctx)
+
+
+def check_gguf_source(source: ModelSource) -> None:
+    """The llama.cpp backend loads GGUF files only."""
+    if source.kind != "gguf":
+        raise UserError(f"the llama.cpp backend needs a .gguf model file, got {source.location!r}; "
+                        "use the hf backend for transformers models")

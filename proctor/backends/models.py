@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from proctor.backends.sources import ALIASES, ModelSource, resolve_source
+from proctor.backends.sources import ModelSource
 from proctor.errors import UserError
 from proctor.cache_dir import cache_root
-from proctor.digests import directory_identity, file_sha256
 from proctor.outputs.atomic import make_stage, unmark
 
 _MARKER = "proctor-gguf.json"
@@ -39,26 +38,15 @@ def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, identity=identity)
 
 
-def check_available(model: str) -> ModelSource:
-    """Where `model` is, found before any data or weights load: a path that exists, an alias whose
-    package is installed, or a hub id that is in the local cache or downloads."""
-    source = resolve_source(model)
-    if source.kind == "hub":
-        _hub_snapshot(source.location)
-    return source
-
-
 def model_directory(source: ModelSource) -> tuple[Path, str]:
     """A transformers directory holding the model (a GGUF converted once), and its identity:
     weights + tokenizer, independent of where they lie."""
     if source.kind == "gguf":
-        sha = file_sha256(Path(source.location))
-        return converted_gguf_dir(Path(source.location), sha), f"gguf:{sha}"
+        return converted_gguf_dir(Path(source.location), source.digest), source.identity
     if source.kind == "dir":
-        directory = Path(source.location)
-        return directory, f"dir:{directory_identity(directory)}"
-    directory = _hub_snapshot(source.location)
-    return directory, f"hub:{source.location}:{directory_identity(directory)}"
+        return Path(source.location), source.identity
+    assert source.files is not None, "resolve_source gives a hub model's snapshot"
+    return Path(source.files), source.identity
 
 
 def _from_pretrained(directory: Path, *, dtype: Any, device: Any, shown: str) -> tuple[Any, Any]:
@@ -70,20 +58,6 @@ def _from_pretrained(directory: Path, *, dtype: Any, device: Any, shown: str) ->
     except Exception as e:  # a user's files: truncated or garbage weights raise many types
         raise UserError(f"cannot load model {shown}: {_first_line(e)}") from None
     return model.to(device).eval(), tokenizer
-
-
-def _hub_snapshot(repo_id: str) -> Path:
-    """Download (or find in the hub cache) a repo's files; return the snapshot directory."""
-    try:
-        from huggingface_hub import snapshot_download
-
-        path = snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
-    except Exception as e:  # the hub client raises many types (offline, 404, auth)
-        raise UserError(
-            f"cannot load model {repo_id!r} from the Hugging Face hub ({_first_line(e)}); "
-            f"pass a local directory, a .gguf file, or an alias ({', '.join(sorted(ALIASES))})"
-        ) from None
-    return Path(path)
 
 
 def converted_gguf_dir(gguf: Path, sha: str) -> Path:

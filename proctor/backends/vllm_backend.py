@@ -59,10 +59,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, cast
+from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
 
 from proctor.backends.decoding import StopWatch
 from proctor.backends.decoding import eos_token_ids as decoding_eos_ids
+from proctor.backends.sources import ModelSource, as_source
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Readout, Row
 from proctor.errors import UserError, check_positive_int
@@ -588,7 +589,7 @@ def reap_when_this_process_dies(since: float) -> None:
 
 
 def load_vllm_backend(
-    model: str, *, dtype: str = "auto", max_length: Optional[int] = 2048, vllm_for_mc: bool = False,
+    model: Union[str, ModelSource], *, dtype: str = "auto", max_length: Optional[int] = 2048, vllm_for_mc: bool = False,
     tensor_parallel_size: int = 1, gpu_memory_utilization: Optional[float] = None, seed: int = 0,
     device: Optional[str] = None,
 ) -> VLLMBackend:
@@ -608,18 +609,19 @@ def load_vllm_backend(
 
     from proctor.backends.hf import resolve_dtype
     from proctor.backends.models import model_directory
-    from proctor.backends.sources import resolve_source
 
     if platform == "cuda" and tensor_parallel_size > torch.cuda.device_count():
         raise UserError(f"tensor parallel size {tensor_parallel_size} needs that many GPUs; "
                         f"{torch.cuda.device_count()} visible")
-    directory, identity = model_directory(resolve_source(model))
-    config = model_config(directory, model)
+    source = as_source(model)
+    shown = model if isinstance(model, str) else source.location  # as messages name it
+    directory, identity = model_directory(source)
+    config = model_config(directory, shown)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(directory))
     except Exception as e:  # a user's files: many types
         reason = one_line(e)
-        raise UserError(f"vLLM cannot load model {model}: its tokenizer does not load ({reason[:200]})") from None
+        raise UserError(f"vLLM cannot load model {shown}: its tokenizer does not load ({reason[:200]})") from None
     if max_length is None:
         from transformers import AutoConfig
 
@@ -658,11 +660,11 @@ def load_vllm_backend(
                   enable_prefix_caching=True, max_logprobs=MC_TOP_K, **engine)
     except (ValueError, OSError) as e:   # checked in this process: the config, the model's architecture
         reason = one_line(e)
-        raise UserError(f"vLLM cannot load model {model}: {reason[:300]}") from None
+        raise UserError(f"vLLM cannot load model {shown}: {reason[:300]}") from None
     except RuntimeError as e:
         if "Engine core initialization failed" not in str(e):
             raise
-        raise UserError(f"vLLM's engine did not start for model {model} (its own error is printed above); "
+        raise UserError(f"vLLM's engine did not start for model {shown} (its own error is printed above); "
                         "check that vLLM supports this model and that the memory it asks for is free") from None
     reap_when_this_process_dies(started)
     from vllm import SamplingParams

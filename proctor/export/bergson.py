@@ -257,7 +257,7 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
     """Write the export (see the module docstring) and return its manifest."""
     from datasets import Dataset, Features, Sequence as ListOf, Value
 
-    from proctor.backends.openai_api import load_tokenizer
+    from proctor.backends.openai_api import load_tokenizer, tokenizer_source
     from proctor.engine.tokens import TokenizationPolicy
     from proctor.outputs.atomic import atomic_write_text
     from proctor.outputs.owned import check_output_dir, staged_directory
@@ -269,7 +269,8 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
     model = run.model
     if tokenizer is None and model.model.startswith("<"):
         raise UserError(f"{run_dir} was run on a model object ({model.model}); pass its tokenizer with --tokenizer")
-    encoder, identity = load_tokenizer(tokenizer or model.model, model.model)
+    source = tokenizer_source(tokenizer or model.model, model.model)
+    encoder, identity = load_tokenizer(source), source.tokenizer_identity
     policy = TokenizationPolicy(encoder, max_length=model.olmes_max_length or model.max_length,
                                 lm_eval_max_length=model.max_length)
     rows: dict[str, list] = {name: [] for name in COLUMNS}
@@ -308,10 +309,10 @@ def _transformers_model(model: str) -> Optional[str]:
     """Where Bergson can load the run's model from: a hub id or a transformers directory
     (a GGUF's converted copy, made when the run loaded it); None when there is none."""
     from proctor.backends.models import converted_gguf_dir
-    from proctor.backends.sources import resolve_source
+    from proctor.backends.sources import classify_source
 
     try:
-        source = resolve_source(model)
+        source = classify_source(model)  # a hub id is named, not downloaded
     except UserError:  # a model object passed to proctor.evaluate, or one since removed
         return None
     if source.kind == "gguf":
