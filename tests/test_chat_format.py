@@ -20,7 +20,7 @@ from proctor.errors import UserError
 from proctor.pipeline import PromptOptions
 from proctor.requests import Chat, Generate, Loglikelihood, Message
 from proctor.tasks.config import ChatFormat
-from proctor.tasks.leaderboard.context import fewshot_context
+from proctor.tasks.lm_eval.context import fewshot_context
 from proctor.tasks.registry import resolve
 
 from lm_eval_tasks import lm_eval_chat_template, lm_eval_requests, lm_eval_task

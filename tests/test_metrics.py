@@ -3,6 +3,7 @@ import math
 import pytest
 
 from proctor.metrics import MeanStat, choice_score, score_multiple_choice, suite_scores
+from proctor.outputs.records import ChoiceOutput
 from proctor.requests import LoglikelihoodResult
 
 
@@ -13,6 +14,11 @@ def test_choice_score_normalisations_hand_computed():
     assert s.logits_per_char == pytest.approx(-1.2)
     assert s.bits_per_byte == pytest.approx(6.0 / 6 / math.log(2))
     assert "sum_logits_uncond" not in s.to_dict()
+    assert isinstance(s, ChoiceOutput)  # the record itself: model_output holds it as is
+    assert list(s.to_dict()) == ["sum_logits", "num_tokens", "num_chars", "num_bytes", "is_greedy",
+                                 "logits_per_token", "logits_per_char", "bits_per_byte"]
+    with_uncond = choice_score(" x", LoglikelihoodResult(-2.0, 1, False), LoglikelihoodResult(-1.0, 1, False))
+    assert with_uncond.to_dict()["sum_logits_uncond"] == -1.0
 
 
 def test_each_normalisation_can_pick_a_different_choice():

@@ -11,7 +11,7 @@ from proctor.pipeline import Plan, ScoredPlan, SpecPlan, primary_scores
 from proctor.metrics import MeanStat
 from proctor.report import print_results
 from proctor.scores import TaskResult, spec_entry
-from proctor.tasks.leaderboard import bigbench
+from proctor.tasks.lm_eval import bigbench
 from proctor.tasks.mmlu import SUBJECTS
 from proctor.pipeline import TaskRun
 from proctor.tasks.registry import leaf_specs, resolve, task_config

@@ -20,7 +20,7 @@ from proctor.metrics.aggregate import MeanStat
 from proctor.pipeline import PromptOptions, ScoredPlan, plan, primary_scores
 from proctor.tasks import aliases, bbh, catalog, registry
 from proctor.tasks.aliases import all_aliases
-from proctor.tasks.leaderboard import mmlu as lb_mmlu
+from proctor.tasks.lm_eval import mmlu as lb_mmlu
 from proctor.tasks.registry import alias_note, alias_of, leaf_specs, parse_spec, resolve
 
 from lm_eval_tasks import lm_eval_requests, lm_eval_task

@@ -18,7 +18,7 @@ from proctor.errors import UserError
 from proctor.requests import Chat, GenerateResult, Generation
 from proctor.tasks.config import ChatFormat
 from proctor.tasks.generation import GenerationInstance
-from proctor.tasks.leaderboard.gsm8k import SPEC, GSM8KLmEvalTask
+from proctor.tasks.lm_eval.gsm8k import SPEC, GSM8KLmEvalTask
 from proctor.tasks.registry import resolve, task_config, task_rows
 
 from lm_eval_tasks import lm_eval_requests, lm_eval_task

@@ -17,9 +17,9 @@ from proctor.metrics import choice_score, score_multiple_choice
 from proctor.metrics.harness import lm_eval_choice_metrics
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks import mmlu as olmes_mmlu
-from proctor.tasks.leaderboard import bigbench, hellaswag
-from proctor.tasks.leaderboard import mmlu as lb_mmlu
-from proctor.tasks.leaderboard.truthfulqa import QA_PRIMER
+from proctor.tasks.lm_eval import bigbench, hellaswag
+from proctor.tasks.lm_eval import mmlu as lb_mmlu
+from proctor.tasks.lm_eval.truthfulqa import QA_PRIMER
 from proctor.tasks.registry import leaf_specs, resolve, suite, task_config
 
 from lm_eval_tasks import lm_eval_requests, lm_eval_task, lm_eval_yaml

@@ -40,9 +40,9 @@ def test_all_specs():
     assert counts == {
         "mmlu": 57 * 3, "socialiqa": 4, "arc": 6, "hellaswag": 3,    # OLMES MC/RC (+ MMLU's ::tulu)
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
-        "leaderboard.arc": 1, "leaderboard.hellaswag": 1, "leaderboard.mmlu": 57,
-        "leaderboard.truthfulqa": 2, "leaderboard.bigbench": 9,      # lm-eval formats
-        "leaderboard.gsm8k": 1,
+        "lm_eval.arc": 1, "lm_eval.hellaswag": 1, "lm_eval.mmlu": 57,
+        "lm_eval.truthfulqa": 2, "lm_eval.bigbench": 9,              # lm-eval formats
+        "lm_eval.gsm8k": 1,
         "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
     assert len(specs) == sum(counts.values()) == 358

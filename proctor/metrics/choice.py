@@ -3,40 +3,20 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
+from proctor.outputs.records import ChoiceOutput
 from proctor.requests import LoglikelihoodResult
-
-
-@dataclass(frozen=True)
-class ChoiceScore:
-    """One choice's response and its normalisations (an OLMES `model_output` entry)."""
-
-    sum_logits: float
-    num_tokens: int
-    num_chars: int
-    num_bytes: int
-    is_greedy: bool
-    logits_per_token: float
-    logits_per_char: float
-    bits_per_byte: float
-    sum_logits_uncond: Optional[float] = None
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        if self.sum_logits_uncond is None:
-            del out["sum_logits_uncond"]
-        return out
 
 
 def choice_score(
     continuation: str, result: LoglikelihoodResult, uncond: Optional[LoglikelihoodResult] = None
-) -> ChoiceScore:
-    """Per-choice metrics; `num_chars` counts the continuation's leading space."""
+) -> ChoiceOutput:
+    """One choice's record (an OLMES `model_output` entry); `num_chars` counts the
+    continuation's leading space."""
     num_chars = len(continuation)
     num_bytes = len(continuation.encode("utf-8"))
-    return ChoiceScore(
+    return ChoiceOutput(
         sum_logits=result.sum_logits,
         num_tokens=result.num_tokens,
         num_chars=num_chars,
@@ -58,7 +38,7 @@ def argmax(values: Sequence[float]) -> int:
     return best
 
 
-def score_multiple_choice(choices: Sequence[ChoiceScore], label: int) -> dict:
+def score_multiple_choice(choices: Sequence[ChoiceOutput], label: int) -> dict:
     """Per-doc predictions and accuracies (OLMES `metrics` of a prediction line)."""
     predicted = {
         "raw": argmax([c.sum_logits for c in choices]),

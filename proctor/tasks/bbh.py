@@ -11,7 +11,7 @@ mean over all 6,511 docs (`weight_by_size: true`), so its primary aggregate is `
   "Q: {input}\\nA: Let's think step by step.\\n" + target + "\\n\\n", then
   "Q: {input}\\nA: Let's think step by step.\\n" (target_delimiter ""); in chat format
   the description is the system message and each shot a user and an assistant turn
-  (`proctor.tasks.leaderboard.context`). Tokenized under lm-eval's policy. Description and
+  (`proctor.tasks.lm_eval.context`). Tokenized under lm-eval's policy. Description and
   shots come from the release's `cot-prompts/<task>.txt` (lm-eval's YAML `samples` were
   generated from the same files; the text after "A: Let's think step by step." is the
   shot's target, whether the file puts it on a new line or after a space).
@@ -36,7 +36,7 @@ from proctor.tasks.base import TaskConfig
 from proctor.tasks.counts import BBH_TEST
 from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
-from proctor.tasks.leaderboard.context import fewshot_context
+from proctor.tasks.lm_eval.context import fewshot_context
 
 DATASET = "SaylorTwift/bbh"
 VARIANT = "lm_eval"

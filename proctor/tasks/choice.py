@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 from proctor.errors import UserError
-from proctor.metrics import ChoiceScore, aggregate_docs, choice_score, score_multiple_choice
+from proctor.metrics import aggregate_docs, choice_score, score_multiple_choice
 from proctor.outputs.records import ChoiceMetrics, ChoiceOutput, ChoiceRecord
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks.base import Instance, Scored, Task, about, assign_query_ids, check_limit, sidecar_row, spec_sample
@@ -49,7 +49,7 @@ class RankedChoiceTask(Task):
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
         """One `Instance` per document (see `Task.instances`)."""
 
-    def extra_metrics(self, inst: Instance, choices: Sequence[ChoiceScore]) -> dict[str, float]:
+    def extra_metrics(self, inst: Instance, choices: Sequence[ChoiceOutput]) -> dict[str, float]:
         """Per-document metrics beyond OLMES's (lm-eval specs: acc_norm, mc2)."""
         return {}
 
@@ -68,7 +68,7 @@ class RankedChoiceTask(Task):
             records.append(ChoiceRecord(
                 query_id=inst.query_id, doc_id=inst.doc_id, native_id=inst.native_id,
                 metrics=ChoiceMetrics(**metrics),
-                model_output=tuple(ChoiceOutput(**c.to_dict()) for c in choices), label=inst.label))
+                model_output=tuple(choices), label=inst.label))
             sidecar.append(sidecar_row(
                 self.config, inst, is_correct=metrics.get("is_correct", predicted == inst.label),
                 predicted_answer=inst.choices[predicted], correct_answer=inst.choices[inst.label]))

@@ -48,7 +48,7 @@ from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.outputs.records import GenerationSettings, SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
-from proctor.tasks.leaderboard.context import fewshot_context
+from proctor.tasks.lm_eval.context import fewshot_context
 
 DATASET = "openai/openai_humaneval"
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")

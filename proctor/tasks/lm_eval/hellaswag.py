@@ -21,7 +21,7 @@ from proctor.data import load_split
 from proctor.data.sources import resolve_data_dir
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.leaderboard.base import HarnessTask
+from proctor.tasks.lm_eval.base import HarnessTask
 
 DATASET = "Rowan/hellaswag"
 SPEC = "hellaswag::leaderboard"

@@ -5,12 +5,12 @@ From lm_eval/tasks/gsm8k/gsm8k.yaml and lm-eval's defaults:
 - Docs: `openai/gsm8k` config `main`, test split (1,319), in order; native_id = row index.
 - Shots: 5 drawn from the train split by lm-eval's default sampler (`ContextSampler` in
   lm_eval/api/samplers.py): one `random.Random(1234)` per task, `rnd.sample(train, 5)`
-  for each doc in doc order (`proctor.tasks.leaderboard.fewshot`). The few-shot split
+  for each doc in doc order (`proctor.tasks.lm_eval.fewshot`). The few-shot split
   (train) is not the test split, so the eval doc is not passed to the sampler.
 - Prompt: doc_to_text "Question: {question}\\nAnswer:", doc_to_target = the whole
   `answer` (chain of thought and "#### N"), lm-eval's default target_delimiter " " and
   fewshot_delimiter "\\n\\n", no description: Σ("Question: q\\nAnswer: a\\n\\n") +
-  "Question: q\\nAnswer:" (`proctor.tasks.leaderboard.context.fewshot_context`, which also
+  "Question: q\\nAnswer:" (`proctor.tasks.lm_eval.context.fewshot_context`, which also
   lays out --system_instruction and the chat format).
 - Generation: greedy (do_sample false, temperature 0), stop at "Question:", "</s>" or
   "<|im_end|>"; the YAML sets no max_gen_toks, so it is HFLM's default 256
@@ -44,8 +44,8 @@ from proctor.outputs.records import SampleOutput
 from proctor.requests import Context, Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
-from proctor.tasks.leaderboard.context import fewshot_context
-from proctor.tasks.leaderboard.fewshot import FEWSHOT_SEED, sample_random
+from proctor.tasks.lm_eval.context import fewshot_context
+from proctor.tasks.lm_eval.fewshot import FEWSHOT_SEED, sample_random
 
 DATASET = "openai/gsm8k"
 CONFIG = "main"

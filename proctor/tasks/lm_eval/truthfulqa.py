@@ -15,7 +15,7 @@ from typing import Optional
 
 from proctor.data import load_split
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.leaderboard.base import HarnessTask
+from proctor.tasks.lm_eval.base import HarnessTask
 
 DATASET = "truthfulqa/truthful_qa"
 PRIMER_SHOTS = 6

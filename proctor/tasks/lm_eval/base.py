@@ -2,7 +2,7 @@
 
 A family says where its rows are and how lm-eval's YAML reads one (`text`, `choices`,
 `gold`); this class lays the prompt out as lm-eval 0.4.13's `fewshot_context` does
-(`proctor.tasks.leaderboard.context`):
+(`proctor.tasks.lm_eval.context`):
 
     description + Σ(shot text + " " + shot answer + "\\n\\n") + doc text
 
@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from proctor.errors import UserError
-from proctor.metrics import ChoiceScore
 from proctor.metrics.harness import lm_eval_choice_metrics
+from proctor.outputs.records import ChoiceOutput
 from proctor.tasks.base import Instance, about, check_limit, number_docs
 from proctor.tasks.choice import RankedChoiceTask
 from proctor.requests import Context
-from proctor.tasks.leaderboard.context import choice_delimiter, fewshot_context
-from proctor.tasks.leaderboard.fewshot import FEWSHOT_SEED, first_n, sample_random
+from proctor.tasks.lm_eval.context import choice_delimiter, fewshot_context
+from proctor.tasks.lm_eval.fewshot import FEWSHOT_SEED, first_n, sample_random
 
 TARGET_DELIMITER = " "
 FEWSHOT_DELIMITER = "\n\n"
@@ -43,7 +43,7 @@ class HarnessTask(RankedChoiceTask):
     #: equals its test split; for HellaSwag both are None
     excludes_eval_doc: bool = False
 
-    def extra_metrics(self, inst: Instance, choices: Sequence[ChoiceScore]) -> dict[str, float]:
+    def extra_metrics(self, inst: Instance, choices: Sequence[ChoiceOutput]) -> dict[str, float]:
         """lm-eval's acc_norm (and TruthfulQA's mc2, for documents with a set of true answers)."""
         return lm_eval_choice_metrics([c.sum_logits for c in choices], inst.choices, inst.label,
                                       inst.metadata.get("true_choices"))

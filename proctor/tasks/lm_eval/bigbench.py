@@ -16,7 +16,7 @@ from typing import Any, Optional
 from proctor.data import load_split
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.leaderboard.base import HarnessTask
+from proctor.tasks.lm_eval.base import HarnessTask
 
 DATASET = "hails/bigbench"
 #: the nine tasks together, macro-averaged (lm-eval has no group for this selection)
