@@ -3,7 +3,8 @@
 The library's entry points (imported on first use, so `import proctor` stays light):
 
 - `proctor.evaluate(model, tasks=[...], ...)` -> `RunRecord` (see `proctor.api`)
-- `proctor.read_run(directory)` -> `RunRecord` (see `proctor.outputs.run_dir`)
+- `proctor.read_run(directory)` -> `RunRecord`, and `proctor.write_run(record, directory)`
+  (see `proctor.outputs.run_dir`)
 - `proctor.task(...)`: the decorator that registers a Python task class
 - `proctor.include(paths)`: load task files (YAML/TOML) and task modules of your own
 - `proctor.UserError`: the one exception type for mistakes a caller can fix
@@ -21,6 +22,7 @@ from proctor.version import VERSION as __version__
 _LAZY = {
     "evaluate": "proctor.api",
     "read_run": "proctor.outputs.run_dir",
+    "write_run": "proctor.outputs.run_dir",
     "task": "proctor.tasks.plugins",
     "include": "proctor.tasks.plugins",
     "RunRecord": "proctor.outputs.records",

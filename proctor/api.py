@@ -4,7 +4,7 @@
     result = proctor.evaluate("smollm2-135m", tasks=["mmlu_astronomy:mc::olmes"], limit=20)
     result.scores["mmlu_astronomy:mc::olmes"]      # the headline score
     result.tasks["mmlu_astronomy:mc::olmes"].records  # typed per-document records
-    result.write("runs/x"); proctor.read_run("runs/x") == result
+    proctor.write_run(result, "runs/x"); proctor.read_run("runs/x") == result
 
 Every mistake a caller can fix raises `proctor.UserError` with a one-line message, before
 any model loads where it can be known then; nothing calls `sys.exit`.

@@ -104,7 +104,7 @@ def test_write_and_read_run_round_trip_every_record_type(tiny, data_dir, cache_d
                               progress=False, max_length=600, labels={"step": "1000", "run": "a"})
     assert [type(result.tasks[t].records[0]) for t in result.tasks] == [ChoiceRecord, GenerationRecord,
                                                                        PerplexityRecord]
-    result.write(tmp_path / "run")
+    proctor.write_run(result, tmp_path / "run")
     back = proctor.read_run(tmp_path / "run")
     assert back == result and back.scores == result.scores
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -113,12 +113,12 @@ def test_write_and_read_run_round_trip_every_record_type(tiny, data_dir, cache_d
     assert metrics["run_config"]["labels"] == {"step": "1000", "run": "a"} == back.run_config.labels
     assert [metrics["tasks"][t]["kind"] for t in result.tasks] == ["choice", "generation", "perplexity"]
     with pytest.raises(proctor.UserError, match="overwrite=True"):
-        result.write(tmp_path / "run")
-    result.write(tmp_path / "run", overwrite=True)
+        proctor.write_run(result, tmp_path / "run")
+    proctor.write_run(result, tmp_path / "run", overwrite=True)
 
 
 def test_read_run_refuses_other_formats_and_non_runs(tmp_path):
-    run_record(task_record(MC, [choice_record(MC, 0, 0, [-1.0, -2.0])], "choice")).write(tmp_path / "run")
+    proctor.write_run(run_record(task_record(MC, [choice_record(MC, 0, 0, [-1.0, -2.0])], "choice")), tmp_path / "run")
     metrics = tmp_path / "run" / "metrics.json"
     data = json.loads(metrics.read_text())
     for version, says in ((99, "format_version 99"), (None, "no format_version")):

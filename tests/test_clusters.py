@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from proctor.outputs.run_dir import write_run
+
 from proctor.metrics.aggregate import MeanStat
 from proctor.metrics.clusters import task_error, unit_values
 from proctor.outputs.records import GenerationRecord, SampleOutput
@@ -72,8 +74,8 @@ def test_a_declared_cluster_is_used_without_asking(tmp_path):
 
     a, b = run([0, 0, 1, 1, 0, 0, 1, 1]), run([1, 1, 1, 1, 0, 0, 0, 0])
     assert task_error(a).clusters == 4 and task_error(a, "subject").clusters == 1
-    run_record(a).write(tmp_path / "a")
-    run_record(b).write(tmp_path / "b")
+    write_run(run_record(a), tmp_path / "a")
+    write_run(run_record(b), tmp_path / "b")
     (row,) = compare_runs(tmp_path / "a", tmp_path / "b")
     assert (row.cluster_by, row.clusters, row.test) == ("cluster", 4, "wald_clustered")
     # B − A per document: -1 -1 | 0 0 | 0 0 | 1 1, cluster sums -2 0 0 2 around a mean of 0; CR1 with G/(G-1) = 4/3

@@ -4,6 +4,8 @@ from dataclasses import replace
 
 import pytest
 
+from proctor.outputs.run_dir import write_run as proctor_write_run
+
 from proctor.cli import main
 from proctor.compare import compare_runs
 from proctor.errors import UserError
@@ -22,7 +24,7 @@ def gen_row(i: int, text: str, correct: bool):
 
 
 def write_run(path, choice_rows, gen_rows):
-    run_record(task_record(MC, choice_rows, "choice"), task_record(GEN, gen_rows, "generation")).write(path)
+    proctor_write_run(run_record(task_record(MC, choice_rows, "choice"), task_record(GEN, gen_rows, "generation")), path)
 
 
 @pytest.fixture
@@ -96,7 +98,7 @@ def _stem_run(path, right: dict[str, int], per_subject: int = 4):
     run = run_record(*tasks)
     scores = {**run.primary_scores, STEM: SpecScore("acc_raw", 0.5, None, 4 * len(tasks), aggregation="macro",
                                                     num_tasks=len(tasks), is_suite=True)}
-    replace(run, primary_scores=scores).write(path)
+    proctor_write_run(replace(run, primary_scores=scores), path)
     return leaf_specs(STEM)
 
 
@@ -136,9 +138,9 @@ def test_n_samples_of_a_question_are_one_paired_unit(tmp_path):
         samples = tuple(SampleOutput("x", 1, "stop", {"extracted": "4", "correct": k < right}) for k in range(8))
         return GenerationRecord(f"{spec}#{i}", i, i, {"pass_at_1": right / 8}, samples, "4")
 
-    run_record(task_record(spec, [record(i, 0) for i in range(6)], "generation")).write(tmp_path / "a")
+    proctor_write_run(run_record(task_record(spec, [record(i, 0) for i in range(6)], "generation")), tmp_path / "a")
     right_b = [8, 8, 4, 0, 0, 0]
-    run_record(task_record(spec, [record(i, r) for i, r in enumerate(right_b)], "generation")).write(tmp_path / "b")
+    proctor_write_run(run_record(task_record(spec, [record(i, r) for i, r in enumerate(right_b)], "generation")), tmp_path / "b")
     (row,) = compare_runs(tmp_path / "a", tmp_path / "b")
     d = [r / 8 for r in right_b]
     mean = sum(d) / 6
@@ -201,7 +203,7 @@ def test_json_output_never_replaces_a_users_file(runs, tmp_path, capsys):
 def test_an_undefined_error_is_null_in_the_json(tmp_path):
     """One document: no standard error, no interval; the file stays strict JSON."""
     for name, predicted in (("a", 0), ("b", 1)):
-        run_record(task_record(MC, [choice_row(0, predicted, [-1.0, -2.0])], "choice")).write(tmp_path / name)
+        proctor_write_run(run_record(task_record(MC, [choice_row(0, predicted, [-1.0, -2.0])], "choice")), tmp_path / name)
     out = tmp_path / "one.json"
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json", str(out)]) == 0
 

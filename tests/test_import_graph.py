@@ -19,13 +19,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 #: Known arrows that break the rules, in files whose owners must change them; each says what
 #: must change. An arrow listed here is exempt from every check below; once it is gone from
 #: the code, `test_every_pending_arrow_still_exists` asks for its entry to go too.
-PENDING_ARROWS: dict[tuple[str, str], str] = {
-    ("proctor.outputs.records", "proctor.outputs.run_dir"):
-        "a cycle with run_dir: RunRecord.write (records.py) calls run_dir.write_run_directory, but records "
-        "are data that tasks and metrics import. Delete RunRecord.write; callers write with "
-        "write_run_directory (or a proctor.write_run beside proctor.read_run): README, api.py's docstring, "
-        "tests test_api, test_compare, test_clusters, test_read_run_fuzz",
-}
+PENDING_ARROWS: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:

@@ -8,6 +8,8 @@ import json
 import shutil
 
 import pytest
+
+from proctor.outputs.run_dir import write_run
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import proctor
@@ -26,9 +28,9 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_
 @pytest.fixture(scope="module")
 def good(tmp_path_factory):
     path = tmp_path_factory.mktemp("runs") / "good"
-    run_record(task_record(MC, [choice_record(MC, i, i % 2, [-1.0, -2.5]) for i in range(4)], "choice"),
-               task_record(GEN, [generation_record(GEN, i, f" {i}", i < 2) for i in range(3)], "generation")
-               ).write(path)
+    write_run(run_record(task_record(MC, [choice_record(MC, i, i % 2, [-1.0, -2.5]) for i in range(4)], "choice"),
+                         task_record(GEN, [generation_record(GEN, i, f" {i}", i < 2) for i in range(3)], "generation")),
+              path)
     return path
 
 

@@ -68,10 +68,10 @@ def plan_generation(
     requests: Sequence[tuple[str, Generate, tuple[int, ...]]], run_seed: int
 ) -> list[PlannedGen]:
     """One row per (key, request, context tokens), longest context first, ties by key: a
-    function of the set, so neither arrival order nor the cache changes it."""
+    function of the set, so neither arrival order nor the cache changes it. The requests are
+    checked (`check_request`) by the engine before any work."""
     planned: list[PlannedGen] = []
     for key, req, tokens in sorted(requests, key=lambda r: (-len(r[2]), r[0])):
-        check_request(req)
         seeds = tuple(sample_seed(run_seed, key, i) for i in range(samples_needed(req)))
         chat = req.context if isinstance(req.context, Chat) else None
         row = GenRow(tokens, req.max_gen_toks, req.stop, req.do_sample, req.temperature, req.top_p, seeds, chat)

@@ -1,6 +1,6 @@
 """The run record: every field of a run directory, typed and documented in one place.
 
-A run directory (`RunRecord.write`, read back by `proctor.read_run`) holds
+A run directory (`proctor.write_run`, read back by `proctor.read_run`) holds
 
 - `metrics.json`: `RunRecord.metrics_json()` — `format_version`, the headline score of
   every requested spec, each task's summary (`TaskRecord`), the model, the run's
@@ -16,7 +16,6 @@ A run directory (`RunRecord.write`, read back by `proctor.read_run`) holds
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, Optional, Union
 
@@ -550,13 +549,3 @@ class RunRecord:
             "timing": asdict(self.timing),
             "engine": self.engine.to_dict(),
         }
-
-    def write(self, directory: Union[str, "os.PathLike[str]"], *, overwrite: bool = False) -> None:
-        """Write the run directory (atomically: assembled beside it, then moved into place).
-
-        `directory` must be new, empty, or (with `overwrite`) an earlier proctor run."""
-        from pathlib import Path
-
-        from proctor.outputs.run_dir import write_run_directory
-
-        write_run_directory(Path(directory), self, overwrite=overwrite)

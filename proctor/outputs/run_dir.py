@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
@@ -89,6 +90,13 @@ def write_run_directory(final: Path, record: RunRecord, *, overwrite: bool = Fal
 # ---- reading -------------------------------------------------------------------------------
 
 
+def write_run(record: RunRecord, directory: Union[str, "os.PathLike[str]"], *, overwrite: bool = False) -> None:
+    """Write `record`'s run directory (atomically: assembled beside it, then moved into place), as
+    `proctor run` does; `directory` must be new, empty, or (with `overwrite`) an earlier proctor run.
+    `read_run` reads it back."""
+    write_run_directory(Path(directory), record, overwrite=overwrite)
+
+
 def _load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -122,7 +130,7 @@ def read_metrics(directory: Path) -> dict[str, Any]:
 
 
 def read_run(directory: Union[str, Path]) -> RunRecord:
-    """The RunRecord of a run directory this version of proctor wrote (`RunRecord.write`,
+    """The RunRecord of a run directory this version of proctor wrote (`write_run`,
     `proctor run --output`). UserError for anything else: a missing or unfinished run, an
     unknown `format_version`, or a file that does not have the shape proctor writes."""
     directory = Path(directory)
