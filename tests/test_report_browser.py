@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 import proctor
-from proctor.report.html import PAGE_SIZE, write_report
+from proctor.report.analysis import PAGE_SIZE
+from proctor.report.html import write_report
 from test_report_html import CHOICE_SPECS, GSM8K, Page
 
 CHROMIUM = Path(os.environ.get("PROCTOR_CHROMIUM", "/usr/bin/chromium"))

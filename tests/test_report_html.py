@@ -1,6 +1,7 @@
-"""The HTML report (`proctor.report.html`): its sections and charts from real small runs, its
-inlined data, that model text cannot break out of it, that it loads nothing from the network,
-how it is written, and that a run of 10,000 items renders."""
+"""The HTML report (`proctor.report.html`, laying out `proctor.report.analysis`): its sections
+and charts from real small runs, its inlined data, that model text cannot break out of it,
+that it loads nothing from the network, how it is written, and that a run of 10,000 items
+renders."""
 
 from __future__ import annotations
 
@@ -15,9 +16,8 @@ import pytest
 
 import proctor
 from proctor.outputs.records import GenerationRecord, QueryMetadata, RunConfig, SampleOutput
-from proctor.report.html import (
-    NOT_SAVED, read_prompts, reliability, render_report, shared_prefix, task_family, write_report,
-)
+from proctor.report.analysis import NOT_SAVED, reliability, shared_prefix, task_family
+from proctor.report.html import read_run_prompts, render_report, write_report
 from run_records import choice_record, run_record, task_record
 from tinylm import build_tiny_model
 
@@ -160,7 +160,7 @@ def test_prompts_are_read_from_requests_jsonl_as_the_model_saw_them(tmp_path):
         "".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "mmlu_anatomy-mc-olmes").mkdir()
     (tmp_path / "mmlu_anatomy-mc-olmes" / "requests.jsonl").write_text("{not json\n")
-    prompts = read_prompts(tmp_path, run)
+    prompts = read_run_prompts(tmp_path, run)
     assert set(prompts) == {ALGEBRA}                            # an unreadable file: as if not saved
     assert prompts[ALGEBRA][f"{ALGEBRA}#0"].context == "[system]\nBe brief.\n\n[user]\n2 + 2?"
     assert prompts[ALGEBRA][f"{ALGEBRA}#0"].choices == (" 4", " 5")   # the unconditional request left out

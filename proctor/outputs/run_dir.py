@@ -21,7 +21,7 @@ from proctor.outputs.records import (
     FORMAT_VERSION, RECORD_READERS, SIDECAR_COLUMNS, EngineRecord, ModelRecord, QueryMetadata, RunConfig,
     RunRecord, SpecScore, TaskRecord, Timing,
 )
-from proctor.outputs.requests_file import Render, request_rows
+from proctor.outputs.requests_file import REQUESTS_FILE, Render, request_rows
 from proctor.outputs.typecheck import check_fields
 
 METRICS = "metrics.json"
@@ -82,7 +82,7 @@ def write_run_directory(final: Path, record: RunRecord, *, overwrite: bool = Fal
             task_dir = stage / task_dir_name(name)
             write_jsonl(task_dir / "predictions.jsonl", (r.to_dict() for r in task.records))
             if requests is not None:
-                write_jsonl(task_dir / "requests.jsonl", request_rows(requests[name], render))
+                write_jsonl(task_dir / REQUESTS_FILE, request_rows(requests[name], render))
         write_sidecar(stage, [row for task in record.tasks.values() for row in task.sidecar])
         write_json(stage / METRICS, record.metrics_json())
 

@@ -1,10 +1,11 @@
 """The HTML report of one or more runs: one self-contained file that opens from disk offline.
 
-Python does the arithmetic and writes the tables; the charts are plotly figures serialised
-as JSON and drawn by the plotly.js bundle inlined once; the items of every task travel as
-inlined JSON that a small script (`page.js`) pages through, so a run of 10,000 items
-creates the DOM of 50 at a time. A Content-Security-Policy lets only those two scripts run
-(by their hashes) and forbids every network load.
+The numbers come from `proctor.report.analysis`; this module lays them out. It writes the
+tables; the charts are plotly figures serialised as JSON and drawn by the plotly.js bundle
+inlined once; the items of every task travel as inlined JSON that a small script
+(`page.js`) pages through, so a run of 10,000 items creates the DOM of 50 at a time. A
+Content-Security-Policy lets only those two scripts run (by their hashes) and forbids
+every network load.
 
 Sections: the runs' provenance; headline scores with clustered and naive 95% intervals;
 accuracy per subject / reasoning type / benchmark; for two runs the paired comparison and
@@ -19,88 +20,37 @@ import functools
 import hashlib
 import html
 import json
-import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence, Union
 
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
 from proctor.errors import UserError
-from proctor.metrics.clusters import CLUSTER_COLUMNS, sample_correct, task_error
-from proctor.metrics.stats import Z95, ClusteredMean, wilson_interval
-from proctor.outputs.records import (
-    ChoiceRecord, GenerationRecord, PerplexityRecord, QueryMetadata, Record, RunRecord, SampleOutput, SpecScore,
-    TaskRecord, finite,
-)
+from proctor.metrics.clusters import CLUSTER_COLUMNS
+from proctor.metrics.stats import Z95, ClusteredMean
+from proctor.outputs.records import RunRecord, SpecScore, TaskRecord, finite
+from proctor.outputs.requests_file import REQUESTS_FILE, Prompt, read_prompts
 from proctor.outputs.run_dir import read_run, task_dir_name
+from proctor.report.analysis import (
+    CALIBRATION_BINS, JSON, Breakdown, ErrorTable, breakdowns, calibration_points, curve_order, finish_reasons,
+    first_task, generation_counts, item_data, paired_rows, provenance_rows, reliability, task_errors, task_names,
+)
 from proctor.version import VERSION
 
 if TYPE_CHECKING:
     from proctor.compare import TaskComparison
 
-JSON = Any
-PAGE_SIZE = 50              # items per page in the browser (page.js reads it from the data)
-CALIBRATION_BINS = 10
 FOLDED_TASKS = 12           # a task table longer than this starts folded
 GENERATOR = "proctor report"
-NOT_SAVED = "prompt not saved: run with --save-requests"
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
 RUN_COLORS = qualitative.Plotly               # run i keeps colour i in every chart
 FINISH_COLORS = {"stop": "#2e7d32", "eos": "#1565c0", "length": "#c62828"}
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "typesetMath": False, "showTips": False}
-
-
-# ---- inputs --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """What a document's requests.jsonl says the model was shown."""
-
-    context: Optional[str]                  # None: a request without a text context
-    choices: tuple[str, ...] = ()           # choice tasks: each choice's continuation
-
-
-def _context_text(request: Mapping[str, JSON]) -> Optional[str]:
-    """The prompt as the model saw it: a chat's rendered text where saved, else its messages
-    one after the other; a perplexity document's text."""
-    if isinstance(request.get("rendered_context"), str):
-        return request["rendered_context"]
-    context = request.get("context", request.get("text"))
-    if context is None or isinstance(context, str):
-        return context
-    messages = context.get("messages") if isinstance(context, dict) else None
-    if isinstance(messages, list) and all(isinstance(m, dict) for m in messages):
-        return "\n\n".join(f"[{m.get('role')}]\n{m.get('content')}" for m in messages)
-    return json.dumps(context, ensure_ascii=False, indent=1)
-
-
-def read_prompts(run_dir: Path, run: RunRecord) -> dict[str, dict[str, Prompt]]:
-    """task -> query_id -> Prompt from each task's requests.jsonl (`--save-requests`); a task
-    without the file (or with one that cannot be read) is left out."""
-    out: dict[str, dict[str, Prompt]] = {}
-    for name in run.tasks:
-        try:
-            lines = (Path(run_dir) / task_dir_name(name) / "requests.jsonl").read_text(encoding="utf-8").splitlines()
-            rows = [json.loads(line) for line in lines if line.strip()]
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            continue
-        contexts: dict[str, Optional[str]] = {}
-        choices: dict[str, dict[int, str]] = {}
-        for row in rows:
-            if not isinstance(row, dict) or row.get("uncond") or not isinstance(row.get("request"), dict):
-                continue
-            query_id, request = str(row.get("query_id")), row["request"]
-            contexts.setdefault(query_id, _context_text(request))
-            if isinstance(request.get("continuation"), str) and isinstance(row.get("idx"), int):
-                choices.setdefault(query_id, {})[row["idx"]] = request["continuation"]
-        out[name] = {q: Prompt(c, tuple(v for _, v in sorted(choices.get(q, {}).items()))) for q, c in contexts.items()}
-    return out
 
 
 # ---- small helpers ---------------------------------------------------------------------------
@@ -159,30 +109,6 @@ def _unique(names: Sequence[str]) -> list[str]:
         seen[name] += 1
         out.append(name if seen[name] == 1 else f"{name} ({seen[name]})")
     return out
-
-
-def _task_names(runs: Sequence[RunRecord]) -> list[str]:
-    """Every task of every run, in first-seen order."""
-    return list(dict.fromkeys(name for run in runs for name in run.tasks))
-
-
-def _first_task(runs: Sequence[RunRecord], name: str) -> TaskRecord:
-    return next(run.tasks[name] for run in runs if name in run.tasks)
-
-
-def _labels(run: RunRecord) -> Mapping[str, str]:
-    return getattr(run.run_config, "labels", {}) or {}
-
-
-def _clip(text: str, most: int = 60) -> str:
-    return text if len(text) <= most else text[:most - 1] + "…"
-
-
-def _softmax(logits: Sequence[float]) -> list[float]:
-    top = max(logits)
-    weights = [math.exp(v - top) for v in logits]
-    total = sum(weights)
-    return [w / total for w in weights]
 
 
 @dataclass(frozen=True)
@@ -263,42 +189,8 @@ def _bar_height(groups: int, runs: int) -> int:
 # ---- 1. provenance -----------------------------------------------------------------------------
 
 
-def _provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
-    m, cfg, t = run.model, run.run_config, run.timing
-    commit = run.git.get("commit")
-    dirty = " (uncommitted changes)" if run.git.get("dirty") else ""
-    labels = ", ".join(f"{k}={v}" for k, v in _labels(run).items())
-    others = ", ".join(f"{k} {v}" for k, v in run.versions.items() if k != "proctor" and v)
-    throughput = run.engine.tokens_per_second
-    return [
-        ("run directory", name),
-        ("model", m.model),
-        ("fingerprint", m.fingerprint),
-        ("backend", m.backend),
-        ("dtype", m.dtype),
-        ("device", m.device),
-        ("max length", str(m.max_length)),
-        ("chat template", m.chat_template or "—"),
-        ("specs", ", ".join(cfg.tasks)),
-        ("labels", labels or "—"),
-        ("limit", "—" if cfg.limit is None else str(cfg.limit)),
-        ("seed", str(m.seed)),
-        ("batch size", str(m.batch_size)),
-        ("world size", str(cfg.world_size)),
-        ("proctor", run.versions.get("proctor") or "—"),
-        ("git commit", f"{commit or '—'}{dirty}"),
-        ("libraries", others or "—"),
-        ("command", " ".join(run.command) or "(Python API)"),
-        ("started", t.started),
-        ("total time", f"{t.total_seconds:.1f} s (model load {t.model_load_seconds:.1f} s, "
-                       f"evaluation {t.evaluation_seconds:.1f} s)"),
-        ("throughput", "—" if throughput is None else f"{throughput:,.0f} tokens/s"),
-        ("warnings", str(len(run.warnings))),
-    ]
-
-
 def _provenance(runs: Sequence[RunRecord], names: Sequence[str], labels: Sequence[str]) -> Section:
-    columns = [_provenance_rows(run, name) for run, name in zip(runs, names)]
+    columns = [provenance_rows(run, name) for run, name in zip(runs, names)]
     head = "<tr><th></th>" + "".join(f"<th>{_e(label)}</th>" for label in labels) + "</tr>"
     rows = [f"<tr><th>{_e(key)}</th>" + _cells((col[i][1] for col in columns), "wrap") + "</tr>"
             for i, (key, _) in enumerate(columns[0])]
@@ -346,13 +238,6 @@ def _group_head(first: Sequence[str], labels: Sequence[str], columns: Sequence[s
     return top + "<tr>" + "".join(f'<th class="num">{_e(c)}</th>' for c in columns) * len(labels) + "</tr>"
 
 
-ErrorTable = dict[tuple[int, str], Optional[ClusteredMean]]
-
-
-def _errors(runs: Sequence[RunRecord], cluster_by: Optional[str]) -> ErrorTable:
-    return {(i, name): task_error(task, cluster_by) for i, run in enumerate(runs) for name, task in run.tasks.items()}
-
-
 def _task_cells(task: Optional[TaskRecord], err: Optional[ClusteredMean]) -> str:
     if task is None:
         return _cells(("—",) * 4)
@@ -364,15 +249,15 @@ def _task_cells(task: Optional[TaskRecord], err: Optional[ClusteredMean]) -> str
 
 def _task_rows(runs: Sequence[RunRecord], errors: ErrorTable) -> list[str]:
     rows = []
-    for name in _task_names(runs):
-        first = _first_task(runs, name)
+    for name in task_names(runs):
+        first = first_task(runs, name)
         cells = "".join(_task_cells(run.tasks.get(name), errors.get((i, name))) for i, run in enumerate(runs))
         rows.append(f"<tr><td>{_e(name)}</td><td>{_e(first.kind)}</td><td>{_e(first.primary_metric)}</td>{cells}</tr>")
     return rows
 
 
 def _scores_chart(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable, charts: Charts) -> str:
-    names = [n for n in _task_names(runs) if any(errors.get((i, n)) for i in range(len(runs)))]
+    names = [n for n in task_names(runs) if any(errors.get((i, n)) for i in range(len(runs)))]
     if not names:
         return ""
     fig = go.Figure()
@@ -399,7 +284,7 @@ def _headline(runs: Sequence[RunRecord], labels: Sequence[str], legend: Sequence
             f"Tasks: the primary metric's mean with two 95% intervals: clustered (the samples of one "
             f"question are one cluster, as are {_e(grouping)}) and naive (every unit independent); n: units "
             f"scored (units / clusters where they differ).</p>")
-    count = len(_task_names(runs))
+    count = len(task_names(runs))
     if count > FOLDED_TASKS:   # a suite of many tasks: the chart shows them; the table opens on demand
         tasks = f"<details><summary>All {count} tasks</summary>{tasks}</details>"
     return Section("scores", "Scores", specs + _scores_chart(runs, legend, errors, charts) + tasks + note)
@@ -408,59 +293,8 @@ def _headline(runs: Sequence[RunRecord], labels: Sequence[str], legend: Sequence
 # ---- 3. breakdowns ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GroupAccuracy:
-    group: str
-    correct: int
-    n: int
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.n
-
-    def interval(self) -> tuple[float, float]:
-        return wilson_interval(self.correct, self.n)
-
-
-def task_family(task: TaskRecord) -> str:
-    """The tasks whose items compare side by side: the benchmark's root and the spec's format,
-    e.g. every `mmlu_<subject>:mc::olmes` is `mmlu:mc::olmes`, every `bbh_<task>:cot::tulu` `bbh:cot::tulu`."""
-    root = task.config.benchmark.split("_")[0]
-    return root + (task.name[task.name.index(":"):] if ":" in task.name else "")
-
-
-def breakdown_column(rows: Sequence[QueryMetadata]) -> Optional[str]:
-    """The first sidecar column with more than one value among `rows`, else `task` where the
-    rows come from several tasks; None: nothing to break down."""
-    for column in ("subject", "reasoning_type", "benchmark", "task"):
-        if len({getattr(r, column) for r in rows if getattr(r, column) is not None}) > 1:
-            return column
-    return None
-
-
-def group_accuracies(rows: Iterable[QueryMetadata], column: str) -> dict[str, GroupAccuracy]:
-    counts: dict[str, list[int]] = {}
-    for row in rows:
-        key = getattr(row, column)
-        if row.is_correct is None or key is None:
-            continue
-        tally = counts.setdefault(str(key), [0, 0])
-        tally[0] += int(row.is_correct)
-        tally[1] += 1
-    return {k: GroupAccuracy(k, c, n) for k, (c, n) in sorted(counts.items())}
-
-
-def _families(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for name in _task_names(runs):
-        task = _first_task(runs, name)
-        if task.kind != "perplexity":
-            out.setdefault(task_family(task), []).append(name)
-    return out
-
-
-def _breakdown_chart(family: str, column: str, per_run: Sequence[Mapping[str, GroupAccuracy]],
-                     labels: Sequence[str], charts: Charts) -> str:
+def _breakdown_chart(breakdown: Breakdown, labels: Sequence[str], charts: Charts) -> str:
+    family, column, per_run = breakdown.family, breakdown.column, breakdown.per_run
     groups = sorted({g for counts in per_run for g in counts})
     fig = go.Figure()
     for i, (label, counts) in enumerate(zip(labels, per_run)):
@@ -482,14 +316,7 @@ def _breakdown_chart(family: str, column: str, per_run: Sequence[Mapping[str, Gr
 
 
 def _breakdowns(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts) -> Optional[Section]:
-    parts = []
-    for family, names in _families(runs).items():
-        rows_per_run = [[row for n in names if n in run.tasks for row in run.tasks[n].sidecar] for run in runs]
-        column = breakdown_column([row for rows in rows_per_run for row in rows])
-        if column is None:
-            continue
-        per_run = [group_accuracies(rows, column) for rows in rows_per_run]
-        parts.append(_breakdown_chart(family, column, per_run, labels, charts))
+    parts = [_breakdown_chart(breakdown, labels, charts) for breakdown in breakdowns(runs)]
     return Section("breakdown", "Breakdowns", "".join(parts)) if parts else None
 
 
@@ -531,7 +358,7 @@ def _paired(comparison: Optional[Sequence["TaskComparison"]], names: Sequence[st
     if not comparison:
         return Section("paired", "Paired comparison", who + '<p class="note">No paired comparison: the two runs '
                         "share no task with documents scored in both.</p>")
-    rows = sorted((c.to_dict() for c in comparison), key=lambda r: r["kind"] != "suite")   # suites first
+    rows = paired_rows(comparison)   # suites first
     columns = ("task", "kind", "metric", "n", "same", "A", "B", "B − A", "95% CI", "bootstrap 95% CI", "test",
                "p", "p Holm", "MDE80", "A only", "B only", "clusters")
     head = "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
@@ -570,23 +397,15 @@ def _flips(count: int, labels: Sequence[str]) -> Section:
 # ---- 5. score curves ------------------------------------------------------------------------------
 
 
-def _step(run: RunRecord) -> Optional[float]:
-    try:
-        value = float(_labels(run)["step"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return value if math.isfinite(value) else None
-
-
 def _curves(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable, charts: Charts) -> Optional[Section]:
-    steps = [_step(run) for run in runs]
-    by_step = all(s is not None for s in steps)
-    if len(runs) < 3 and not (len(runs) == 2 and by_step):
+    found = curve_order(runs)
+    if found is None:
         return None
-    order = sorted(range(len(runs)), key=lambda i: steps[i] or 0.0) if by_step else list(range(len(runs)))
-    x: list[Union[str, float, None]] = [steps[i] for i in order] if by_step else [labels[i] for i in order]
+    order, steps = found
+    by_step = steps is not None
+    x: Sequence[Union[str, float]] = steps if steps is not None else [labels[i] for i in order]
     fig = go.Figure()
-    for name in _task_names(runs):
+    for name in task_names(runs):
         errs = [errors.get((i, name)) for i in order]
         if not any(errs):
             continue
@@ -606,53 +425,10 @@ def _curves(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable
 # ---- 6. calibration ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ReliabilityBin:
-    confidence: float       # the bin's mean confidence
-    correct: int
-    n: int
-
-
-def confidences(task: TaskRecord) -> list[tuple[float, bool]]:
-    """Per choice document: the model's probability of its most likely choice (the softmax of
-    the choices' summed log-probabilities) and whether that choice is the gold one (acc_raw).
-
-    The raw pick rather than the primary metric's: a per-character pick (RC specs) may be a
-    choice the model finds unlikely, and its softmax probability says nothing of its confidence."""
-    out = []
-    for record in task.records:
-        if isinstance(record, ChoiceRecord) and len(record.model_output) > 1:
-            probs = _softmax(record.sum_logits())
-            best = max(range(len(probs)), key=probs.__getitem__)
-            out.append((probs[best], best == record.label))
-    return out
-
-
-def reliability(points: Sequence[tuple[float, bool]], bins: int = CALIBRATION_BINS) -> tuple[list[ReliabilityBin], float]:
-    """Equal-width confidence bins (the non-empty ones) and the expected calibration error."""
-    sums = [0.0] * bins
-    correct, counts = [0] * bins, [0] * bins
-    for p, right in points:
-        b = min(int(p * bins), bins - 1)
-        sums[b] += p
-        correct[b] += right
-        counts[b] += 1
-    found = [ReliabilityBin(sums[b] / counts[b], correct[b], counts[b]) for b in range(bins) if counts[b]]
-    total = sum(counts)
-    ece = sum(abs(r.correct / r.n - r.confidence) * r.n for r in found) / total if total else math.nan
-    return found, ece
-
-
 def _calibration(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts) -> Optional[Section]:
-    names = [n for n in _task_names(runs) if _first_task(runs, n).kind == "choice"]
-    per_task = {n: [confidences(run.tasks[n]) if n in run.tasks else [] for run in runs] for n in names}
-    per_task = {n: points for n, points in per_task.items() if any(points)}
-    if not per_task:
+    options = calibration_points(runs)
+    if not options:
         return None
-    options: dict[str, list[list[tuple[float, bool]]]] = {}
-    if len(per_task) > 1:
-        options["all choice tasks"] = [[p for pts in per_task.values() for p in pts[i]] for i in range(len(runs))]
-    options.update(per_task)
     fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect calibration",
                                line={"dash": "dash", "color": "#888"}, hoverinfo="skip"))
     titles, masks = [], []
@@ -661,8 +437,8 @@ def _calibration(runs: Sequence[RunRecord], labels: Sequence[str], charts: Chart
         for i, (label, pts) in enumerate(zip(labels, points)):
             found, ece = reliability(pts)
             eces.append(f"{label} {_fmt(ece)}")
-            acc = [r.correct / r.n for r in found]
-            bounds = [wilson_interval(r.correct, r.n) for r in found]
+            acc = [r.accuracy for r in found]
+            bounds = [r.interval() for r in found]
             fig.add_trace(go.Scatter(
                 x=[r.confidence for r in found], y=acc, mode="lines+markers", name=label, visible=k == 0,
                 marker_color=_color(i), line_color=_color(i),
@@ -690,34 +466,13 @@ def _calibration(runs: Sequence[RunRecord], labels: Sequence[str], charts: Chart
 # ---- 7. generation diagnostics ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GenerationCounts:
-    samples: int
-    finish: Mapping[str, int]           # finish reason -> samples
-    extracts: bool                      # whether the task reads an answer out of its samples
-    extraction_failed: int              # samples without an answer extracted
-    failed_at_length: int               # ... of them cut off at max_gen_toks
-    outcomes: Mapping[str, int]         # sandbox outcome -> samples (HumanEval)
-
-
-def generation_counts(task: TaskRecord) -> GenerationCounts:
-    samples = [s for r in task.records if isinstance(r, GenerationRecord) for s in r.model_output]
-    extracts = any("extracted" in s.details for s in samples)
-    failed = [s for s in samples if extracts and s.details.get("extracted") in (None, "")]
-    return GenerationCounts(
-        samples=len(samples), finish=Counter(s.finish_reason for s in samples), extracts=extracts,
-        extraction_failed=len(failed), failed_at_length=sum(s.finish_reason == "length" for s in failed),
-        outcomes=Counter(str(s.details["outcome"]) for s in samples if "outcome" in s.details))
-
-
 def _generation(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts) -> Optional[Section]:
-    names = [n for n in _task_names(runs) if _first_task(runs, n).kind == "generation"]
+    names = [n for n in task_names(runs) if first_task(runs, n).kind == "generation"]
     if not names:
         return None
     found = [(n, label, generation_counts(run.tasks[n])) for n in names for run, label in zip(runs, labels)
              if n in run.tasks]
-    reasons = sorted({r for *_, c in found for r in c.finish} | {"stop", "eos", "length"},
-                     key=lambda r: (["stop", "eos", "length"] + [r]).index(r))
+    reasons = finish_reasons(c for *_, c in found)
     columns = ("task", "run", "samples", *reasons, "extraction failed", "of them cut at length", "sandbox outcomes")
     rows = []
     for name, label, c in found:
@@ -739,100 +494,6 @@ def _generation(runs: Sequence[RunRecord], labels: Sequence[str], charts: Charts
 
 
 # ---- 8. the items ---------------------------------------------------------------------------------
-
-
-def shared_prefix(contexts: Sequence[str], least: int = 80) -> str:
-    """The lines every prompt of a task begins with (its instruction and few-shot examples),
-    stored once rather than once per item; "" when shorter than `least` characters."""
-    if len(contexts) < 2:
-        return ""
-    common = os.path.commonprefix(list(contexts))
-    common = common[:common.rfind("\n") + 1]
-    return common if len(common) >= least else ""
-
-
-def _sample_json(sample: SampleOutput) -> dict[str, JSON]:
-    out: dict[str, JSON] = {"text": sample.text, "f": sample.finish_reason, "n": sample.num_tokens}
-    if "extracted" in sample.details:
-        out["e"] = sample.details["extracted"]
-    if "outcome" in sample.details:
-        out["oc"] = str(sample.details["outcome"])
-    right = sample_correct(sample)
-    if right is not None:
-        out["ok"] = bool(right)
-    return out
-
-
-def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetadata]) -> Optional[dict[str, JSON]]:
-    """One run's view of an item: its score `s`, the answer shown in the row `a`, and what its
-    detail needs (choice log-probabilities `lp` and pick `p`, or samples `o`, or totals)."""
-    if record is None:
-        return None
-    score = finite(record.metric_value(metric))
-    if isinstance(record, ChoiceRecord):
-        picked = record.prediction(metric)
-        pick = None if picked is None else int(picked)
-        answer = meta.predicted_answer if meta is not None and meta.predicted_answer is not None else pick
-        return {"s": score, "a": "" if answer is None else str(answer), "p": pick,
-                "lp": [finite(round(v, 4)) for v in record.sum_logits()]}
-    if isinstance(record, GenerationRecord):
-        samples = [_sample_json(s) for s in record.model_output]
-        if len(samples) == 1:
-            first = samples[0]
-            shown = first.get("e") if "e" in first else first["text"].strip().split("\n")[0]
-            answer = "" if shown is None else _clip(str(shown))
-        else:
-            answer = f"{len(samples)} samples"
-        return {"s": score, "a": answer, "o": samples}
-    m = record.metrics
-    return {"s": finite(m.bits_per_byte), "a": f"{m.nll:.1f} nats, {m.num_tokens} tokens", "nll": finite(m.nll),
-            "tok": m.num_tokens, "b": m.num_bytes}
-
-
-def _flipped(records: Sequence[Optional[Record]], metric: str) -> bool:
-    if len(records) != 2 or records[0] is None or records[1] is None or isinstance(records[0], PerplexityRecord):
-        return False
-    return records[0].metric_value(metric) != records[1].metric_value(metric)
-
-
-def _gold(record: Record, meta: Optional[QueryMetadata]) -> tuple[Optional[str], Optional[int]]:
-    if isinstance(record, ChoiceRecord):
-        shown = meta.correct_answer if meta is not None and meta.correct_answer is not None else str(record.label)
-        return shown, record.label
-    if isinstance(record, GenerationRecord):
-        return record.label, None
-    return None, None
-
-
-def item_data(runs: Sequence[RunRecord], prompts: Mapping[str, Mapping[str, Prompt]]) -> dict[str, JSON]:
-    """The browser's data: each task (kind, metric, shared prompt prefix), every item of every
-    task with each run's view of it, and (two runs) the items that flipped."""
-    tasks: list[JSON] = []
-    items: list[JSON] = []
-    flips: list[int] = []
-    for t, name in enumerate(_task_names(runs)):
-        present = [run.tasks.get(name) for run in runs]
-        first = _first_task(runs, name)
-        records = [{r.query_id: r for r in task.records} if task else {} for task in present]
-        meta = [{m.query_id: m for m in task.sidecar} if task else {} for task in present]
-        saved = prompts.get(name, {})
-        ids = list(dict.fromkeys(q for by_id in records for q in by_id))
-        prefix = shared_prefix([p.context for q in ids if (p := saved.get(q)) and p.context is not None])
-        tasks.append({"name": name, "kind": first.kind, "metric": first.primary_metric, "prefix": prefix or None,
-                      "saved": bool(saved)})
-        for q in ids:
-            found = [by_id.get(q) for by_id in records]
-            gold, gold_index = next(_gold(r, m.get(q)) for r, m in zip(found, meta) if r is not None)
-            prompt = saved.get(q)
-            if _flipped(found, first.primary_metric):
-                flips.append(len(items))
-            items.append({
-                "t": t, "q": q, "g": gold, "gi": gold_index,
-                "x": None if prompt is None or prompt.context is None else prompt.context[len(prefix):],
-                "c": list(prompt.choices) if prompt and prompt.choices else None,
-                "r": [_run_entry(r, first.primary_metric, m.get(q)) for r, m in zip(found, meta)]})
-    return {"tasks": tasks, "items": items, "flips": flips if len(runs) == 2 else None, "pageSize": PAGE_SIZE,
-            "notSaved": NOT_SAVED}
 
 
 def _items(labels: Sequence[str], count: int, two: bool) -> Section:
@@ -870,7 +531,7 @@ def render_report(runs: Sequence[RunRecord], names: Sequence[str],
                   comparison: Optional[Sequence["TaskComparison"]] = None, cluster_by: Optional[str] = None, *,
                   prompts: Optional[Mapping[str, Mapping[str, Prompt]]] = None) -> str:
     """The report's HTML. `names`: each run's name (its directory); `comparison`: two runs'
-    `proctor.compare.compare_runs`; `prompts`: task -> query_id -> Prompt (`read_prompts`);
+    `proctor.compare.compare_runs`; `prompts`: task -> query_id -> Prompt (`read_run_prompts`);
     `cluster_by`: a sidecar column whose groups are clusters in the headline intervals."""
     if not runs or len(names) != len(runs):
         raise ValueError(f"need one name per run, got {len(names)} names for {len(runs)} runs")
@@ -880,7 +541,7 @@ def render_report(runs: Sequence[RunRecord], names: Sequence[str],
     labels = run_labels(len(runs))
     legend = [_t(f"{label}: {Path(name).name or name}") for label, name in zip(labels, names)]   # charts' run names
     charts = Charts()
-    errors = _errors(runs, cluster_by)
+    errors = task_errors(runs, cluster_by)
     data = item_data(runs, prompts or {})
     two = len(runs) == 2
     sections: list[Optional[Section]] = [   # what was found first, how it was run last
@@ -897,6 +558,13 @@ def render_report(runs: Sequence[RunRecord], names: Sequence[str],
     data["runs"] = labels
     title = "proctor report: " + (names[0] if len(names) == 1 else f"{len(names)} runs")
     return _page(title, [s for s in sections if s is not None], charts, data)
+
+
+def read_run_prompts(run_dir: Path, run: RunRecord) -> dict[str, dict[str, Prompt]]:
+    """task -> query_id -> Prompt from each task's requests.jsonl (`--save-requests`); a task
+    without the file (or with one that cannot be read) is left out."""
+    found = {name: read_prompts(Path(run_dir) / task_dir_name(name) / REQUESTS_FILE) for name in run.tasks}
+    return {name: prompts for name, prompts in found.items() if prompts is not None}
 
 
 def _check_output(output: Path, overwrite: bool) -> None:
@@ -927,7 +595,7 @@ def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path],
     runs = [read_run(d) for d in dirs]
     prompts: dict[str, dict[str, Prompt]] = {}
     for directory, run in zip(dirs, runs):
-        for task, by_id in read_prompts(directory, run).items():
+        for task, by_id in read_run_prompts(directory, run).items():
             prompts.setdefault(task, by_id)
     comparison = None
     if len(runs) == 2:

@@ -1,0 +1,404 @@
+"""What the HTML report shows, computed from the records of its runs: pure functions over
+`RunRecord`, `TaskRecord` and `QueryMetadata` that write no HTML and draw no chart.
+
+Each run's provenance rows; its clustered error per task; accuracy per subject / reasoning type / benchmark
+within a task family; the order of a series of runs for score curves; the reliability
+bins of choice tasks; the finish reasons and answer extraction of generation tasks; the
+paired comparison's rows; and the item browser's data (`item_data`), which `page.js` reads.
+`proctor.report.html` lays all of it out.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
+
+from proctor.metrics.clusters import sample_correct, task_error
+from proctor.metrics.stats import ClusteredMean, wilson_interval
+from proctor.outputs.records import (
+    ChoiceRecord, GenerationRecord, PerplexityRecord, QueryMetadata, Record, RunRecord, SampleOutput, TaskRecord,
+    finite,
+)
+from proctor.outputs.requests_file import Prompt
+
+if TYPE_CHECKING:
+    from proctor.compare import TaskComparison
+
+JSON = Any
+PAGE_SIZE = 50              # items per page in the browser (page.js reads it from the data)
+CALIBRATION_BINS = 10
+NOT_SAVED = "prompt not saved: run with --save-requests"
+
+
+# ---- the runs' tasks -------------------------------------------------------------------------
+
+
+def task_names(runs: Sequence[RunRecord]) -> list[str]:
+    """Every task of every run, in first-seen order."""
+    return list(dict.fromkeys(name for run in runs for name in run.tasks))
+
+
+def first_task(runs: Sequence[RunRecord], name: str) -> TaskRecord:
+    """Task `name` of the first run that has it."""
+    return next(run.tasks[name] for run in runs if name in run.tasks)
+
+
+def labels_of(run: RunRecord) -> Mapping[str, str]:
+    """The run's labels (`--label key=value`); {} where it has none."""
+    return getattr(run.run_config, "labels", {}) or {}
+
+
+def _clip(text: str, most: int = 60) -> str:
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def _softmax(logits: Sequence[float]) -> list[float]:
+    top = max(logits)
+    weights = [math.exp(v - top) for v in logits]
+    total = sum(weights)
+    return [w / total for w in weights]
+
+
+# ---- provenance ------------------------------------------------------------------------------
+
+
+def provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
+    """What the run was, as (what, text) rows: model, settings, versions, command, timing."""
+    m, cfg, t = run.model, run.run_config, run.timing
+    commit = run.git.get("commit")
+    dirty = " (uncommitted changes)" if run.git.get("dirty") else ""
+    labels = ", ".join(f"{k}={v}" for k, v in labels_of(run).items())
+    others = ", ".join(f"{k} {v}" for k, v in run.versions.items() if k != "proctor" and v)
+    throughput = run.engine.tokens_per_second
+    return [
+        ("run directory", name),
+        ("model", m.model),
+        ("fingerprint", m.fingerprint),
+        ("backend", m.backend),
+        ("dtype", m.dtype),
+        ("device", m.device),
+        ("max length", str(m.max_length)),
+        ("chat template", m.chat_template or "—"),
+        ("specs", ", ".join(cfg.tasks)),
+        ("labels", labels or "—"),
+        ("limit", "—" if cfg.limit is None else str(cfg.limit)),
+        ("seed", str(m.seed)),
+        ("batch size", str(m.batch_size)),
+        ("world size", str(cfg.world_size)),
+        ("proctor", run.versions.get("proctor") or "—"),
+        ("git commit", f"{commit or '—'}{dirty}"),
+        ("libraries", others or "—"),
+        ("command", " ".join(run.command) or "(Python API)"),
+        ("started", t.started),
+        ("total time", f"{t.total_seconds:.1f} s (model load {t.model_load_seconds:.1f} s, "
+                       f"evaluation {t.evaluation_seconds:.1f} s)"),
+        ("throughput", "—" if throughput is None else f"{throughput:,.0f} tokens/s"),
+        ("warnings", str(len(run.warnings))),
+    ]
+
+
+# ---- headline scores and score curves --------------------------------------------------------
+
+#: (run index, task name) -> the task's primary metric with clustered and naive errors;
+#: None for a corpus metric (a score without per-document values)
+ErrorTable = dict[tuple[int, str], Optional[ClusteredMean]]
+
+
+def task_errors(runs: Sequence[RunRecord], cluster_by: Optional[str]) -> ErrorTable:
+    return {(i, name): task_error(task, cluster_by) for i, run in enumerate(runs) for name, task in run.tasks.items()}
+
+
+def run_step(run: RunRecord) -> Optional[float]:
+    """The run's `step` label as a finite number, else None."""
+    try:
+        value = float(labels_of(run)["step"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def curve_order(runs: Sequence[RunRecord]) -> Optional[tuple[list[int], Optional[list[float]]]]:
+    """The runs as score curves draw them: their indices, ordered by `step` where every run
+    has one (with those steps), else in the order given (steps None). None: no curves (fewer
+    than three runs, or two without steps)."""
+    steps = [run_step(run) for run in runs]
+    by_step = all(s is not None for s in steps)
+    if len(runs) < 3 and not (len(runs) == 2 and by_step):
+        return None
+    if not by_step:
+        return list(range(len(runs))), None
+    order = sorted(range(len(runs)), key=lambda i: steps[i] or 0.0)
+    return order, [s for s in (steps[i] for i in order) if s is not None]
+
+
+# ---- breakdowns ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupAccuracy:
+    group: str
+    correct: int
+    n: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n
+
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+
+def task_family(task: TaskRecord) -> str:
+    """The tasks whose items compare side by side: the benchmark's root and the spec's format,
+    e.g. every `mmlu_<subject>:mc::olmes` is `mmlu:mc::olmes`, every `bbh_<task>:cot::tulu` `bbh:cot::tulu`."""
+    root = task.config.benchmark.split("_")[0]
+    return root + (task.name[task.name.index(":"):] if ":" in task.name else "")
+
+
+def breakdown_column(rows: Sequence[QueryMetadata]) -> Optional[str]:
+    """The first sidecar column with more than one value among `rows`, else `task` where the
+    rows come from several tasks; None: nothing to break down."""
+    for column in ("subject", "reasoning_type", "benchmark", "task"):
+        if len({getattr(r, column) for r in rows if getattr(r, column) is not None}) > 1:
+            return column
+    return None
+
+
+def group_accuracies(rows: Iterable[QueryMetadata], column: str) -> dict[str, GroupAccuracy]:
+    counts: dict[str, list[int]] = {}
+    for row in rows:
+        key = getattr(row, column)
+        if row.is_correct is None or key is None:
+            continue
+        tally = counts.setdefault(str(key), [0, 0])
+        tally[0] += int(row.is_correct)
+        tally[1] += 1
+    return {k: GroupAccuracy(k, c, n) for k, (c, n) in sorted(counts.items())}
+
+
+def task_families(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
+    """family -> its tasks (choice and generation tasks; perplexity has nothing right or wrong)."""
+    out: dict[str, list[str]] = {}
+    for name in task_names(runs):
+        task = first_task(runs, name)
+        if task.kind != "perplexity":
+            out.setdefault(task_family(task), []).append(name)
+    return out
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """One task family's accuracy per group of a sidecar column, in each run."""
+
+    family: str
+    column: str
+    per_run: tuple[Mapping[str, GroupAccuracy], ...]
+
+
+def breakdowns(runs: Sequence[RunRecord]) -> list[Breakdown]:
+    """Every task family whose items differ in a sidecar column (`breakdown_column`)."""
+    out = []
+    for family, names in task_families(runs).items():
+        rows_per_run = [[row for n in names if n in run.tasks for row in run.tasks[n].sidecar] for run in runs]
+        column = breakdown_column([row for rows in rows_per_run for row in rows])
+        if column is None:
+            continue
+        out.append(Breakdown(family, column, tuple(group_accuracies(rows, column) for rows in rows_per_run)))
+    return out
+
+
+# ---- two runs: the paired comparison -----------------------------------------------------------
+
+
+def paired_rows(comparison: Sequence["TaskComparison"]) -> list[dict[str, JSON]]:
+    """The comparison's rows (`TaskComparison.to_dict`), suites first."""
+    return sorted((c.to_dict() for c in comparison), key=lambda r: r["kind"] != "suite")
+
+
+# ---- calibration -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReliabilityBin:
+    confidence: float       # the bin's mean confidence
+    correct: int
+    n: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n
+
+    def interval(self) -> tuple[float, float]:
+        return wilson_interval(self.correct, self.n)
+
+
+def confidences(task: TaskRecord) -> list[tuple[float, bool]]:
+    """Per choice document: the model's probability of its most likely choice (the softmax of
+    the choices' summed log-probabilities) and whether that choice is the gold one (acc_raw).
+
+    The raw pick rather than the primary metric's: a per-character pick (RC specs) may be a
+    choice the model finds unlikely, and its softmax probability says nothing of its confidence."""
+    out = []
+    for record in task.records:
+        if isinstance(record, ChoiceRecord) and len(record.model_output) > 1:
+            probs = _softmax(record.sum_logits())
+            best = max(range(len(probs)), key=probs.__getitem__)
+            out.append((probs[best], best == record.label))
+    return out
+
+
+def reliability(points: Sequence[tuple[float, bool]], bins: int = CALIBRATION_BINS) -> tuple[list[ReliabilityBin], float]:
+    """Equal-width confidence bins (the non-empty ones) and the expected calibration error."""
+    sums = [0.0] * bins
+    correct, counts = [0] * bins, [0] * bins
+    for p, right in points:
+        b = min(int(p * bins), bins - 1)
+        sums[b] += p
+        correct[b] += right
+        counts[b] += 1
+    found = [ReliabilityBin(sums[b] / counts[b], correct[b], counts[b]) for b in range(bins) if counts[b]]
+    total = sum(counts)
+    ece = sum(abs(r.correct / r.n - r.confidence) * r.n for r in found) / total if total else math.nan
+    return found, ece
+
+
+def calibration_points(runs: Sequence[RunRecord]) -> dict[str, list[list[tuple[float, bool]]]]:
+    """Choice task (first, where there are several, "all choice tasks" together) -> each run's
+    `confidences`; tasks without a point in any run are left out."""
+    names = [n for n in task_names(runs) if first_task(runs, n).kind == "choice"]
+    per_task = {n: [confidences(run.tasks[n]) if n in run.tasks else [] for run in runs] for n in names}
+    per_task = {n: points for n, points in per_task.items() if any(points)}
+    options: dict[str, list[list[tuple[float, bool]]]] = {}
+    if len(per_task) > 1:
+        options["all choice tasks"] = [[p for pts in per_task.values() for p in pts[i]] for i in range(len(runs))]
+    options.update(per_task)
+    return options
+
+
+# ---- generation diagnostics ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationCounts:
+    samples: int
+    finish: Mapping[str, int]           # finish reason -> samples
+    extracts: bool                      # whether the task reads an answer out of its samples
+    extraction_failed: int              # samples without an answer extracted
+    failed_at_length: int               # ... of them cut off at max_gen_toks
+    outcomes: Mapping[str, int]         # sandbox outcome -> samples (HumanEval)
+
+
+def generation_counts(task: TaskRecord) -> GenerationCounts:
+    samples = [s for r in task.records if isinstance(r, GenerationRecord) for s in r.model_output]
+    extracts = any("extracted" in s.details for s in samples)
+    failed = [s for s in samples if extracts and s.details.get("extracted") in (None, "")]
+    return GenerationCounts(
+        samples=len(samples), finish=Counter(s.finish_reason for s in samples), extracts=extracts,
+        extraction_failed=len(failed), failed_at_length=sum(s.finish_reason == "length" for s in failed),
+        outcomes=Counter(str(s.details["outcome"]) for s in samples if "outcome" in s.details))
+
+
+def finish_reasons(counts: Iterable[GenerationCounts]) -> list[str]:
+    """stop, eos, length, then any other finish reason found, alphabetically."""
+    return sorted({r for c in counts for r in c.finish} | {"stop", "eos", "length"},
+                  key=lambda r: (["stop", "eos", "length"] + [r]).index(r))
+
+
+# ---- the items -----------------------------------------------------------------------------------
+
+
+def shared_prefix(contexts: Sequence[str], least: int = 80) -> str:
+    """The lines every prompt of a task begins with (its instruction and few-shot examples),
+    stored once rather than once per item; "" when shorter than `least` characters."""
+    if len(contexts) < 2:
+        return ""
+    common = os.path.commonprefix(list(contexts))
+    common = common[:common.rfind("\n") + 1]
+    return common if len(common) >= least else ""
+
+
+def _sample_json(sample: SampleOutput) -> dict[str, JSON]:
+    out: dict[str, JSON] = {"text": sample.text, "f": sample.finish_reason, "n": sample.num_tokens}
+    if "extracted" in sample.details:
+        out["e"] = sample.details["extracted"]
+    if "outcome" in sample.details:
+        out["oc"] = str(sample.details["outcome"])
+    right = sample_correct(sample)
+    if right is not None:
+        out["ok"] = bool(right)
+    return out
+
+
+def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetadata]) -> Optional[dict[str, JSON]]:
+    """One run's view of an item: its score `s`, the answer shown in the row `a`, and what its
+    detail needs (choice log-probabilities `lp` and pick `p`, or samples `o`, or totals)."""
+    if record is None:
+        return None
+    score = finite(record.metric_value(metric))
+    if isinstance(record, ChoiceRecord):
+        picked = record.prediction(metric)
+        pick = None if picked is None else int(picked)
+        answer = meta.predicted_answer if meta is not None and meta.predicted_answer is not None else pick
+        return {"s": score, "a": "" if answer is None else str(answer), "p": pick,
+                "lp": [finite(round(v, 4)) for v in record.sum_logits()]}
+    if isinstance(record, GenerationRecord):
+        samples = [_sample_json(s) for s in record.model_output]
+        if len(samples) == 1:
+            first = samples[0]
+            shown = first.get("e") if "e" in first else first["text"].strip().split("\n")[0]
+            answer = "" if shown is None else _clip(str(shown))
+        else:
+            answer = f"{len(samples)} samples"
+        return {"s": score, "a": answer, "o": samples}
+    m = record.metrics
+    return {"s": finite(m.bits_per_byte), "a": f"{m.nll:.1f} nats, {m.num_tokens} tokens", "nll": finite(m.nll),
+            "tok": m.num_tokens, "b": m.num_bytes}
+
+
+def _flipped(records: Sequence[Optional[Record]], metric: str) -> bool:
+    if len(records) != 2 or records[0] is None or records[1] is None or isinstance(records[0], PerplexityRecord):
+        return False
+    return records[0].metric_value(metric) != records[1].metric_value(metric)
+
+
+def _gold(record: Record, meta: Optional[QueryMetadata]) -> tuple[Optional[str], Optional[int]]:
+    if isinstance(record, ChoiceRecord):
+        shown = meta.correct_answer if meta is not None and meta.correct_answer is not None else str(record.label)
+        return shown, record.label
+    if isinstance(record, GenerationRecord):
+        return record.label, None
+    return None, None
+
+
+def item_data(runs: Sequence[RunRecord], prompts: Mapping[str, Mapping[str, Prompt]]) -> dict[str, JSON]:
+    """The browser's data: each task (kind, metric, shared prompt prefix), every item of every
+    task with each run's view of it, and (two runs) the items that flipped."""
+    tasks: list[JSON] = []
+    items: list[JSON] = []
+    flips: list[int] = []
+    for t, name in enumerate(task_names(runs)):
+        present = [run.tasks.get(name) for run in runs]
+        first = first_task(runs, name)
+        records = [{r.query_id: r for r in task.records} if task else {} for task in present]
+        meta = [{m.query_id: m for m in task.sidecar} if task else {} for task in present]
+        saved = prompts.get(name, {})
+        ids = list(dict.fromkeys(q for by_id in records for q in by_id))
+        prefix = shared_prefix([p.context for q in ids if (p := saved.get(q)) and p.context is not None])
+        tasks.append({"name": name, "kind": first.kind, "metric": first.primary_metric, "prefix": prefix or None,
+                      "saved": bool(saved)})
+        for q in ids:
+            found = [by_id.get(q) for by_id in records]
+            gold, gold_index = next(_gold(r, m.get(q)) for r, m in zip(found, meta) if r is not None)
+            prompt = saved.get(q)
+            if _flipped(found, first.primary_metric):
+                flips.append(len(items))
+            items.append({
+                "t": t, "q": q, "g": gold, "gi": gold_index,
+                "x": None if prompt is None or prompt.context is None else prompt.context[len(prefix):],
+                "c": list(prompt.choices) if prompt and prompt.choices else None,
+                "r": [_run_entry(r, first.primary_metric, m.get(q)) for r, m in zip(found, meta)]})
+    return {"tasks": tasks, "items": items, "flips": flips if len(runs) == 2 else None, "pageSize": PAGE_SIZE,
+            "notSaved": NOT_SAVED}
