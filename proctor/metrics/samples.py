@@ -23,17 +23,18 @@ def maj_at_k(answers: Sequence[str], correct: Sequence[bool], k: int) -> float:
     return 1.0 if correct[head.index(voted)] else 0.0
 
 
+def pass_at_ks(correct: Sequence[bool], ks: Sequence[int]) -> dict[str, float]:
+    """`pass_at_<k>` for each k, from whether each of the n samples is correct."""
+    n, c = len(correct), sum(bool(x) for x in correct)
+    return {f"pass_at_{k}": pass_at_k(n, c, k) for k in ks}
+
+
 def sampled_metrics(answers: Sequence[str], correct: Sequence[bool],
                     ks: Sequence[int]) -> dict[str, float]:
     """`pass_at_<k>` and `maj_at_<k>` for each k, in that order of names."""
-    n, c = len(answers), sum(bool(x) for x in correct)
-    out: dict[str, float] = {}
     for k in ks:
         _check(answers, correct, k)
-        out[f"pass_at_{k}"] = pass_at_k(n, c, k)
-    for k in ks:
-        out[f"maj_at_{k}"] = maj_at_k(answers, correct, k)
-    return out
+    return {**pass_at_ks(correct, ks), **{f"maj_at_{k}": maj_at_k(answers, correct, k) for k in ks}}
 
 
 def _check(answers: Sequence[str], correct: Sequence[bool], k: int) -> None:

@@ -43,7 +43,7 @@ from typing import Optional, Sequence
 
 from proctor import sandbox
 from proctor.data import load_split
-from proctor.metrics.sampling import pass_at_k
+from proctor.metrics.samples import pass_at_ks
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.outputs.records import GenerationSettings, SampleOutput
@@ -159,8 +159,7 @@ class HumanEvalTask(GenerationTask):
 
     def _doc_score(self, instance: GenerationInstance, result: GenerateResult,
                    runs: list[sandbox.ExecResult], where: str) -> DocScore:
-        n, c = len(runs), sum(r.passed for r in runs)
-        metrics = {f"pass_at_{k}": pass_at_k(n, c, k) for k in self.variant.ks}
+        metrics = pass_at_ks([r.passed for r in runs], self.variant.ks)
         first = result.samples[0]
         return DocScore(
             metrics=metrics,
