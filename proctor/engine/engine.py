@@ -1,38 +1,49 @@
-"""The engine: dedupe, tokenize, group, batch, resume from cache, score, restore order.
+"""The engine: requests in, results out, fast and resumable, whatever their kind.
 
-Rolling (whole-document) requests are expanded into their chunks (proctor.engine.rolling),
-which are planned and scored with the loglikelihood windows and summed per request.
+Every kind of request goes through one lifecycle (`proctor.engine.lifecycle`: dedupe,
+cache, plan, execute, store, progress, merge) with a small strategy of its own:
+loglikelihood and rolling requests (`scoring.py`), generation (`generate.py`) and hidden
+states (`hidden.py`). The engine holds what they share: the backend, the tokenization
+policy, the result cache, the batch limits, the ranks and the counters.
 
 Under torchrun (`distributed`, see proctor.engine.distributed) every rank plans the same
-batches, runs its share of those not yet done and ends with every result.
+units, runs its share of those not yet done and ends with every result.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Container, Iterable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, TypeVar, Union
 
+from proctor.defaults import DEFAULT_SEED
 from proctor.engine.backend import Backend
 from proctor.engine.cache import ResultCache
 from proctor.engine.chat import ChatTemplate
-from proctor.engine.distributed import SINGLE, DistributedContext, Pool
-from proctor.engine.generate import run_generation
-from proctor.engine.hidden import run_hidden_states, stream_hidden_states
+from proctor.engine.distributed import SINGLE, DistributedContext
+from proctor.engine.generate import Generating
+from proctor.engine.hidden import HiddenReading
+from proctor.engine.lifecycle import Kind, collect, serve
 from proctor.engine.plan import Batch, BatchLimits, plan_batches, plan_rows
-from proctor.engine.progress import Progress
-from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
+from proctor.engine.rolling import RollingWork
+from proctor.engine.scoring import Scored, Scoring, score_rows, split
 from proctor.engine.stats import WORK_COUNTERS, EngineStats
 from proctor.engine.tokens import POLICY_VERSION, TokenizationPolicy
-from proctor.defaults import DEFAULT_SEED
-from proctor.errors import BatchTooLarge, UserError
+from proctor.errors import UserError
 from proctor.requests import (
-    Generate, GenerateResult, HiddenStates, HiddenStatesResult, Loglikelihood, LoglikelihoodResult, Request, Result,
+    Generate,
+    GenerateResult,
+    HiddenStates,
+    HiddenStatesResult,
+    Loglikelihood,
+    LoglikelihoodResult,
+    Request,
+    Result,
     RollingLoglikelihood,
 )
 
 BatchSize = Union[int, str]
-Scored = Union[Loglikelihood, RollingLoglikelihood]
+V = TypeVar("V")
 
 
 def batch_limits(batch_size: BatchSize, backend: Backend) -> BatchLimits:
@@ -102,15 +113,16 @@ class Engine:
 
     def plan(self, requests: Sequence[Scored]) -> list[Batch]:
         """The deterministic batch partition of the deduplicated requests (rolling ones as chunks)."""
-        plain, rolling = _split(requests)
-        return self._plan(plain, RollingWork.expand(self.policy, rolling))
+        plain, rolling = split(requests)
+        return self.plan_scored(plain, RollingWork.expand(self.policy, rolling))
 
-    def _plan(self, plain: dict[str, Loglikelihood], work: RollingWork) -> list[Batch]:
-        found = self._windows(plain)
+    def plan_scored(self, plain: dict[str, Loglikelihood], work: RollingWork) -> list[Batch]:
+        """The batches of loglikelihood windows and rolling chunks (noting truncation)."""
+        found = self.note_windows(plain)
         windows = [*zip(plain, found), *work.windows.items()]
         return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
 
-    def _windows(self, plain: dict[str, Loglikelihood]) -> list:
+    def note_windows(self, plain: dict[str, Loglikelihood]) -> list:
         """Each request's window; notes in `truncated` the ones left truncation cut."""
         found = self.policy.request_windows(list(plain.values()))
         self.truncated.update((k, w.dropped) for k, w in zip(plain, found) if w.dropped)
@@ -142,139 +154,38 @@ class Engine:
         """A request's share of its kind's model time in the last `results` call."""
         return self._cost["generated" if isinstance(request, Generate) else "scored"]
 
+    def run(self, requests: Sequence[Scored]) -> list[LoglikelihoodResult]:
+        """Loglikelihood and rolling requests' results, aligned with `requests` (resets `stats`)."""
+        return self._collect(Scoring(self), requests)
+
     def generate(self, requests: Sequence[Generate]) -> list[GenerateResult]:
         """Generation requests (see proctor.engine.generate); call after `run`, which resets stats."""
-        return run_generation(self, requests)
+        started = time.perf_counter()
+        try:
+            return self._collect(Generating(self), requests)
+        finally:
+            self.stats.gen_seconds += time.perf_counter() - started
 
     def hidden_states(self, requests: Sequence[HiddenStates]) -> list[HiddenStatesResult]:
         """Hidden-state requests (see proctor.engine.hidden), on a backend that serves them."""
-        return run_hidden_states(self, requests)
+        return self._collect(HiddenReading(self), requests)
 
     def stream_hidden_states(self, requests: Sequence[HiddenStates],
                              on_result: Callable[[int, HiddenStatesResult], None]) -> None:
         """`hidden_states` handed to `on_result(index, result)` as they come, none kept."""
-        stream_hidden_states(self, requests, on_result)
+        serve(HiddenReading(self), requests, on_result, distributed=self.distributed, progress=self.progress)
 
-    def run(self, requests: Sequence[Scored]) -> list[LoglikelihoodResult]:
-        started = self._started = time.perf_counter()
-        unique = {r.key: r for r in requests}
-        plain, rolling = _split(unique.values())
-        fingerprint = self.fingerprint
-        rolling_fp = rolling_fingerprint(fingerprint)
-        held: dict[str, LoglikelihoodResult] = {}
-        if self.cache is not None:
-            held.update(self.cache.get_many(fingerprint, plain))
-            held.update(self.cache.get_many(rolling_fp, rolling))
-        pool = Pool.of(self.distributed, list(unique), held)
-        self.stats = EngineStats(requests=len(requests), unique=len(unique), cached=len(pool.known))
-        progress = Progress(len(unique), enabled=self.progress)
-        completed: dict[str, LoglikelihoodResult] = {}
-        try:
-            progress.advance(len(pool.known))
-            if len(pool.known) < len(unique):
-                completed = self._compute(plain, rolling, pool, progress, started)
-            elif self.cache is not None:  # noted when these were planned
-                self.truncated.update(self.cache.get_truncated(fingerprint, plain))
-            else:
-                self._windows(plain)
-            advanced = len(pool.known)  # what this rank held or computed
-            results = pool.merge(lambda received: self._store_received(received, plain))
-            results.update(completed)
-            progress.advance(len(unique) - advanced)
-        finally:
-            progress.close()
-        return [results[r.key] for r in requests]
-
-    def _compute(self, plain: dict[str, Loglikelihood], rolling: dict[str, RollingLoglikelihood],
-                 pool: Pool, progress: Progress, started: float) -> dict[str, LoglikelihoodResult]:
-        """Score this rank's share of what no rank holds, storing batch by batch, into `pool`.
-
-        Returns the rolling requests that the chunks scored by other ranks complete (every
-        rank finds the same, so they are not exchanged).
-        """
-        fingerprint = self.fingerprint
-        rolling_fp = rolling_fingerprint(fingerprint)
-        # plan on the FULL request set so a resumed run cuts the same batches
-        work = RollingWork.expand(self.policy, rolling)
-        batches = self._plan(plain, work)
-        if self.cache is not None:
-            self.cache.put_truncated(fingerprint, {k: self.truncated[k] for k in plain if k in self.truncated})
-        self.stats.plan_seconds = time.perf_counter() - started
-        self.stats.rolling_chunks = len(work.windows)
-        self.stats.rows = sum(len(b.rows) for b in batches)
-        self.stats.batches = len(batches)
-        unfinished = [k for k in rolling if k not in pool.known]
-        chunk_keys = [c for k in unfinished for c in work.chunks[k]]
-        stored = self._cached_chunks(rolling_fp, chunk_keys)
-        chunks = Pool.of(self.distributed, chunk_keys, stored)
-        tally = RollingTally(work, unfinished, stored)
-        finished = tally.complete()  # every chunk stored already, or an empty text
-        self._store(rolling_fp, finished)
-        pool.add(finished)
-        progress.advance(len(finished))
-        pending = {k for k in plain if k not in pool.known} | {k for k in chunk_keys if k not in chunks.known}
-        for batch in self.distributed.mine([b for b in batches if any(k in pending for k in b.keys)]):
-            fresh = self._score(batch)
-            new_plain = {k: r for k, r in fresh.items() if k in pending and k in plain}
-            new_chunks = {k: r for k, r in fresh.items() if k in pending and k not in plain}
-            pending.difference_update(fresh)
-            completed = tally.add(new_chunks)
-            self._store(fingerprint, new_plain)
-            self._store(rolling_fp, {**new_chunks, **completed})  # one transaction
-            pool.add({**new_plain, **completed})
-            chunks.add(new_chunks)
-            if self.stats.first_batch_seconds is None:
-                self.stats.first_batch_seconds = time.perf_counter() - started
-            progress.advance(len(new_plain) + len(completed), batch.real_tokens)
-        # the chunks other ranks scored complete the rest of the rolling requests
-        received = {k: r for k, r in chunks.merge(lambda r: self._store(rolling_fp, r)).items()
-                    if k not in tally.results}
-        completed = tally.add(received)
-        if self.distributed.stores_received:
-            self._store(rolling_fp, completed)
-        return completed
-
-    def _cached_chunks(self, fingerprint: str, keys: list[str]) -> dict[str, LoglikelihoodResult]:
-        return self.cache.get_many(fingerprint, keys) if self.cache is not None and keys else {}
-
-    def _store_received(self, results: dict[str, LoglikelihoodResult], plain: Container[str]) -> None:
-        """Store results other ranks computed, plain and rolling ones under their fingerprints."""
-        self._store(self.fingerprint, {k: r for k, r in results.items() if k in plain})
-        self._store(rolling_fingerprint(self.fingerprint), {k: r for k, r in results.items() if k not in plain})
+    def _collect(self, kind: Kind[V], requests: Sequence[Request]) -> list[V]:
+        return collect(kind, requests, distributed=self.distributed, progress=self.progress)
 
     def total_stats(self) -> EngineStats:
         """`stats` with the work counters summed over the ranks (every rank must call it)."""
         totals = self.distributed.sum({name: getattr(self.stats, name) for name in WORK_COUNTERS})
         return replace(self.stats, **totals)
 
-    def _store(self, fingerprint: str, results: dict[str, LoglikelihoodResult]) -> None:
-        if self.cache is not None and results:
-            self.cache.put_many(fingerprint, results)
-
-    def _score_rows(self, batch: Batch) -> list:
-        """The backend's results for a batch, halving it (recursively) while it runs out of memory."""
-        rows = [r.row for r in batch.rows]
-        try:
-            if batch.prefix or batch.parents:
-                return self.backend.score(rows, prefix=batch.prefix, parents=batch.parents)
-            return self.backend.score(rows)
-        except BatchTooLarge:
-            if len(rows) == 1:
-                raise UserError(
-                    f"one row of {len(batch.prefix) + len(rows[0].tokens)} tokens does not fit in the "
-                    "device's memory; lower --max-length or use a device with more memory"
-                ) from None
-        self.stats.oom_splits += 1
-        if batch.parents:  # segments cannot be split from their rows: score the rows whole
-            scored = iter(self._score_rows(batch.flattened()))  # its rows: the keyed rows, in order
-            return [next(scored) if r.keys else () for r in batch.rows]
-        half = len(batch.rows) // 2
-        return self._score_rows(Batch(batch.rows[:half], batch.prefix)) + self._score_rows(
-            Batch(batch.rows[half:], batch.prefix)
-        )
-
-    def _score(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
-        scored = self._score_rows(batch)
+    def score_batch(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
+        """One batch's results by key (counted in `stats`)."""
+        scored = score_rows(self, batch)
         if len(scored) != len(batch.rows):
             raise RuntimeError(f"backend returned {len(scored)} rows for {len(batch.rows)}")
         out: dict[str, LoglikelihoodResult] = {}
@@ -290,17 +201,3 @@ class Engine:
             self.stats.tokens_run += len(batch.prefix)
             self._last_prefix = batch.prefix
         return out
-
-
-def _split(requests: Iterable[Scored]) -> tuple[dict[str, Loglikelihood], dict[str, RollingLoglikelihood]]:
-    """Deduplicated loglikelihood and rolling requests, by key, in first-seen order."""
-    plain: dict[str, Loglikelihood] = {}
-    rolling: dict[str, RollingLoglikelihood] = {}
-    for r in requests:
-        if isinstance(r, RollingLoglikelihood):
-            rolling.setdefault(r.key, r)
-        elif isinstance(r, Loglikelihood):
-            plain.setdefault(r.key, r)
-        else:
-            raise TypeError(f"Engine.run scores Loglikelihood and RollingLoglikelihood requests, not {type(r).__name__}")
-    return plain, rolling

@@ -17,38 +17,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
-from proctor.engine.backend import Backend
-from proctor.engine.cache import ResultCache
-from proctor.engine.distributed import DistributedContext, Pool
 from proctor.engine.gen_plan import PlannedGen, check_request, plan_generation
-from proctor.engine.plan import BatchLimits
-from proctor.engine.progress import Progress
-from proctor.engine.stats import EngineStats
-from proctor.engine.tokens import GENERATION_POLICY_VERSION, TokenizationPolicy
+from proctor.engine.lifecycle import Done
+from proctor.engine.tokens import GENERATION_POLICY_VERSION
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import Generate, GenerateResult, Generation
 
+if TYPE_CHECKING:
+    from proctor.engine.engine import Engine
 
-class Host(Protocol):
-    """What generation uses of the engine that runs it (`proctor.engine.Engine`)."""
-
-    backend: Backend
-    cache: Optional[ResultCache]
-    policy: TokenizationPolicy
-    distributed: DistributedContext
-    limits: BatchLimits
-    stats: EngineStats
-    truncated: dict[str, int]
-    deterministic: bool
-    progress: bool
-    seed: int
-
-    @property
-    def fingerprint(self) -> str: ...
-
-    def started_at(self, fallback: float) -> float: ...
 
 # Auto generation decodes as many samples at once as this many times the backend's
 # scoring token budget holds generated tokens (a sample stores only its own: prompts and
@@ -59,7 +38,7 @@ GEN_BUDGET_FACTOR = 64
 MAX_AUTO_SLOTS = 256
 
 
-def generation_slots(engine: Host, rows: Sequence[PlannedGen]) -> int:
+def generation_slots(engine: Engine, rows: Sequence[PlannedGen]) -> int:
     """How many samples the backend decodes at once."""
     if engine.deterministic:
         return 1
@@ -71,79 +50,80 @@ def generation_slots(engine: Host, rows: Sequence[PlannedGen]) -> int:
     return max(1, min(MAX_AUTO_SLOTS, GEN_BUDGET_FACTOR * engine.limits.max_tokens // longest))
 
 
-def request_fingerprint(engine: Host, request: Generate) -> str:
+def request_fingerprint(engine: Engine, request: Generate) -> str:
     base = f"{engine.fingerprint}|gen={GENERATION_POLICY_VERSION}"
     return f"{base}|seed={engine.seed}" if request.do_sample else base
 
 
-def run_generation(engine: Host, requests: Sequence[Generate]) -> list[GenerateResult]:
-    """Results aligned with `requests`; counters go to `engine.stats` (its gen_* fields)."""
-    started = time.perf_counter()
-    stats = engine.stats
-    unique = {r.key: r for r in requests}
-    for request in unique.values():
-        check_request(request)
-    fingerprints = {k: request_fingerprint(engine, r) for k, r in unique.items()}
-    held: dict[str, GenerateResult] = {}
-    if engine.cache is not None:
-        for fp in set(fingerprints.values()):
-            keys = [k for k, f in fingerprints.items() if f == fp]
-            held.update(engine.cache.get_generations(fp, keys))
-    pool = Pool.of(engine.distributed, list(unique), held)
-    stats.gen_requests, stats.gen_unique, stats.gen_cached = len(requests), len(unique), len(pool.known)
-    progress = Progress(len(unique), enabled=engine.progress, description="generate")
-    progress.advance(len(pool.known))
-    try:
-        keys = list(unique)
-        if len(pool.known) == len(unique) and engine.cache is not None:  # noted when they were planned
-            engine.truncated.update(engine.cache.get_truncated(engine.fingerprint, keys))
-        else:
-            contexts = engine.policy.request_generation_contexts([unique[k] for k in keys])
-            dropped = {k: c.dropped for k, c in zip(keys, contexts) if c.dropped}
-            engine.truncated.update(dropped)
-            if engine.cache is not None:
-                engine.cache.put_truncated(engine.fingerprint, dropped)
-        if len(pool.known) < len(unique):
-            # a chat also stops at its template's end of turn (the row's stop strings)
-            planned = plan_generation([(k, replace(unique[k], stop=engine.policy.stop(unique[k])), c.tokens)
-                                       for k, c in zip(keys, contexts)], engine.seed)
-            mine = engine.distributed.mine([p for p in planned if p.key not in pool.known])
-            stats.gen_batches = 1
-            if mine:
-                stats.gen_slots = generation_slots(engine, mine)
-                _Runner(engine, unique, fingerprints, pool, progress, started).run(mine, stats.gen_slots)
-        advanced = len(pool.known)  # what this rank held or generated
-        results = pool.merge(lambda received: _store(engine, fingerprints, received))
-        progress.advance(len(unique) - advanced)
-    finally:
-        progress.close()
-        stats.gen_seconds += time.perf_counter() - started
-    return [results[r.key] for r in requests]
+class Generating:
+    """The generation kind: one `Engine.generate` call (counters in the engine's gen_* stats)."""
 
+    description = "generate"
 
-def _store(engine: Host, fingerprints: dict[str, str], results: dict[str, GenerateResult]) -> None:
-    """Store generations other ranks made, each under its request's fingerprint."""
-    if engine.cache is not None:
-        for fp in set(fingerprints[k] for k in results):
-            engine.cache.put_generations(fp, {k: r for k, r in results.items() if fingerprints[k] == fp})
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.started = time.perf_counter()
+        self.unique: Mapping[str, Generate] = {}
+        self.fingerprints: dict[str, str] = {}
 
+    def start(self, unique: Mapping[str, Generate]) -> None:
+        self.started = time.perf_counter()
+        for request in unique.values():
+            check_request(request)
+        self.unique = unique
+        self.fingerprints = {k: request_fingerprint(self.engine, r) for k, r in unique.items()}
 
-class _Runner:
-    """Sends the queue to the backend and stores each request once all its samples are done."""
+    def cached(self, keys: Sequence[str]) -> Iterator[dict[str, GenerateResult]]:
+        cache = self.engine.cache
+        if cache is not None:
+            for fp in dict.fromkeys(self.fingerprints[k] for k in keys):
+                yield cache.get_generations(fp, [k for k in keys if self.fingerprints[k] == fp])
 
-    def __init__(self, engine: Host, unique: dict[str, Generate], fingerprints: dict[str, str],
-                 pool: Pool, progress: Progress, started: float):
-        self.engine, self.unique, self.fingerprints = engine, unique, fingerprints
-        self.pool, self.progress, self.started = pool, progress, started
-
-    def run(self, rows: list[PlannedGen], slots: int) -> None:
-        """Generate `rows`, halving the slots while the backend runs out of memory."""
+    def counted(self, requests: int, unique: int, cached: int) -> None:
         stats = self.engine.stats
+        stats.gen_requests, stats.gen_unique, stats.gen_cached = requests, unique, cached
+
+    def held_everywhere(self, keys: Sequence[str]) -> None:
+        if self.engine.cache is not None:  # noted when they were planned
+            self.engine.truncated.update(self.engine.cache.get_truncated(self.engine.fingerprint, keys))
+        else:
+            self._contexts(keys)
+
+    def _contexts(self, keys: Sequence[str]) -> list:
+        """Each request's (left-truncated) context; notes (and stores) what truncation cut."""
+        engine = self.engine
+        contexts = engine.policy.request_generation_contexts([self.unique[k] for k in keys])
+        dropped = {k: c.dropped for k, c in zip(keys, contexts) if c.dropped}
+        engine.truncated.update(dropped)
+        if engine.cache is not None:
+            engine.cache.put_truncated(engine.fingerprint, dropped)
+        return contexts
+
+    def plan(self, unique: Mapping[str, Generate], pending: set[str]) -> list[PlannedGen]:
+        """The rows of the requests no rank holds, in the order of the plan of them all."""
+        keys = list(unique)
+        contexts = self._contexts(keys)
+        # a chat also stops at its template's end of turn (the row's stop strings)
+        policy = self.engine.policy
+        planned = plan_generation([(k, replace(unique[k], stop=policy.stop(unique[k])), c.tokens)
+                                   for k, c in zip(keys, contexts)], self.engine.seed)
+        self.engine.stats.gen_batches = 1
+        return [p for p in planned if p.key in pending]
+
+    def execute(self, units: Sequence[PlannedGen], done: Done) -> None:
+        """One queue to the backend (continuous batching), halving the slots while it runs out of
+        memory; a request is stored as soon as all its samples are done."""
+        rows = list(units)
+        if not rows:
+            return
+        stats = self.engine.stats
+        slots = stats.gen_slots = generation_slots(self.engine, rows)
         stats.gen_prompt_tokens += sum(len(r.row.tokens) for r in rows)
+        finished: set[str] = set()
         while True:
             try:
                 stats.gen_batches_run += 1
-                self._send(rows, slots)
+                self._send(rows, slots, finished, done)
                 return
             except BatchTooLarge:
                 pass
@@ -156,29 +136,37 @@ class _Runner:
             stats.oom_splits += 1
             slots //= 2
             stats.gen_slots = slots
-            rows = [r for r in rows if r.key not in self.pool.known]
+            rows = [r for r in rows if r.key not in finished]
 
-    def _send(self, rows: list[PlannedGen], slots: int) -> None:
-        def done(i: int, samples: tuple[Generation, ...]) -> None:
-            self._store(rows[i], samples)
+    def _send(self, rows: list[PlannedGen], slots: int, finished: set[str], done: Done) -> None:
+        def row_done(i: int, samples: tuple[Generation, ...]) -> None:
+            self._store(rows[i], samples, done)
+            finished.add(rows[i].key)
 
-        self.engine.backend.generate([r.row for r in rows], on_done=done, slots=slots)
+        self.engine.backend.generate([r.row for r in rows], on_done=row_done, slots=slots)
 
-    def _store(self, planned: PlannedGen, samples: tuple[Generation, ...]) -> None:
-        stats = self.engine.stats
+    def _store(self, planned: PlannedGen, samples: tuple[Generation, ...], done: Done) -> None:
+        engine, stats = self.engine, self.engine.stats
         tokens = sum(s.num_tokens for s in samples)
         stats.gen_samples += len(samples)
         stats.gen_tokens += tokens
-        self.progress.advance(0, tokens)
         if stats.gen_first_done_seconds is None:
             stats.gen_first_done_seconds = time.perf_counter() - self.started
         if stats.first_batch_seconds is None:
-            stats.first_batch_seconds = time.perf_counter() - self.engine.started_at(self.started)
+            stats.first_batch_seconds = time.perf_counter() - engine.started_at(self.started)
         request = self.unique[planned.key]
         if not request.do_sample:  # every repeat of a greedy request is the same text
             samples = samples * request.repeats
         result = GenerateResult(samples)
+        if engine.cache is not None:
+            engine.cache.put_generations(self.fingerprints[planned.key], {planned.key: result})
+        done({planned.key: result}, tokens)
+
+    def finish(self, done: Done) -> None:
+        """Nothing is made of parts."""
+
+    def store(self, results: Mapping[str, GenerateResult]) -> None:
+        """Generations other ranks made, each under its request's fingerprint."""
         if self.engine.cache is not None:
-            self.engine.cache.put_generations(self.fingerprints[planned.key], {planned.key: result})
-        self.pool.add({planned.key: result})
-        self.progress.advance(1)
+            for fp in set(self.fingerprints[k] for k in results):
+                self.engine.cache.put_generations(fp, {k: r for k, r in results.items() if self.fingerprints[k] == fp})

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from proctor.engine.generate import Host
+from proctor.engine.lifecycle import Done
 from proctor.engine.plan import Batch, PlannedRow, Row, partition
-from proctor.engine.progress import Progress
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import HiddenStates, HiddenStatesResult
+
+if TYPE_CHECKING:
+    from proctor.engine.engine import Engine
 
 HIDDEN_VERSION = "hidden-1"  # bump when a request's states could change; part of every cache key
 
@@ -52,93 +54,80 @@ def hidden_state_backend(backend: Any) -> HiddenStateBackend:
     return backend
 
 
-OnResult = Callable[[int, HiddenStatesResult], None]
 _READ_CHUNK = 1024  # cached states read back at a time
 
 
-def run_hidden_states(engine: Host, requests: Sequence[HiddenStates]) -> list[HiddenStatesResult]:
-    """Results aligned with `requests`."""
-    out: list[Optional[HiddenStatesResult]] = [None] * len(requests)
-    stream_hidden_states(engine, requests, out.__setitem__)
-    return out  # type: ignore[return-value]  # every index is set
+class HiddenReading:
+    """The hidden-state kind: one `Engine.hidden_states` (or `stream_hidden_states`) call."""
 
+    description = "hidden states"
 
-def stream_hidden_states(engine: Host, requests: Sequence[HiddenStates], on_result: OnResult) -> None:
-    """`on_result(i, result)` once for each request index, as its states are read from the cache
-    or computed; nothing is kept, so memory does not grow with the requests (under torchrun
-    the states other ranks computed arrive together at the end)."""
-    backend = hidden_state_backend(engine.backend)
-    blocks, _ = backend.decoder_shape()
-    unique = {r.key: r for r in requests}
-    for r in unique.values():
-        if max(r.layers) >= blocks:
-            raise UserError(f"a hidden-state request reads block {max(r.layers)}, but the model has "
-                            f"{blocks} blocks (0-{blocks - 1})")
-    positions: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(requests):
-        positions[r.key].append(i)
-    delivered: set[str] = set()
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.backend = hidden_state_backend(engine.backend)
+        self.fingerprint = f"{engine.fingerprint}|{HIDDEN_VERSION}"
+        self.started = time.perf_counter()
+        self.pending: set[str] = set()  # what no rank holds
 
-    def deliver(results: Mapping[str, HiddenStatesResult]) -> None:
-        for key, result in results.items():
-            if key not in delivered:
-                delivered.add(key)
-                for i in positions[key]:
-                    on_result(i, result)
+    def start(self, unique: Mapping[str, HiddenStates]) -> None:
+        self.started = time.perf_counter()
+        blocks, _ = self.backend.decoder_shape()
+        for r in unique.values():
+            if max(r.layers) >= blocks:
+                raise UserError(f"a hidden-state request reads block {max(r.layers)}, but the model has "
+                                f"{blocks} blocks (0-{blocks - 1})")
 
-    fingerprint = f"{engine.fingerprint}|{HIDDEN_VERSION}"
-    keys = list(unique)
-    held: set[str] = set()
-    progress = Progress(len(unique), enabled=engine.progress, description="hidden states")
-    try:
-        if engine.cache is not None:
+    def cached(self, keys: Sequence[str]) -> Iterator[dict[str, HiddenStatesResult]]:
+        """Stored states, `_READ_CHUNK` at a time (never all of them in memory)."""
+        cache = self.engine.cache
+        if cache is not None:
             for start in range(0, len(keys), _READ_CHUNK):
-                found = engine.cache.get_hidden(fingerprint, keys[start:start + _READ_CHUNK])
-                deliver(found)
-                held.update(found)
-        holders = engine.distributed.holders(keys, held)
-        pending = {k for k, h in zip(keys, holders) if h < 0}
-        progress.advance(len(unique) - len(pending))
-        sent = _compute(engine, backend, fingerprint, unique, pending, deliver, progress)
-        if engine.distributed.world_size > 1:  # each state goes once: from its lowest holder, or its maker
-            lowest = [k for k, h in zip(keys, holders) if h == engine.distributed.rank]
-            if engine.cache is not None and lowest:
-                sent.update(engine.cache.get_hidden(fingerprint, lowest))
-            received = {k: v for k, v in engine.distributed.merge(sent).items() if k not in delivered}
-            if engine.distributed.stores_received:  # what this rank's cache lacked
-                _store(engine, fingerprint, received)
-            progress.advance(sum(1 for k in received if k in pending))
-            deliver(received)
-    finally:
-        progress.close()
+                yield cache.get_hidden(self.fingerprint, keys[start:start + _READ_CHUNK])
+
+    def counted(self, requests: int, unique: int, cached: int) -> None:
+        """Hidden states have no counters of their own: their batches count as scoring batches."""
+
+    def held_everywhere(self, keys: Sequence[str]) -> None:
+        """Nothing to note: a hidden-state run reports no truncation of its own."""
+
+    def plan(self, unique: Mapping[str, HiddenStates], pending: set[str]) -> list[tuple[tuple, Batch]]:
+        self.pending = pending
+        return [(group, b) for group, b in plan_hidden(self.engine, unique) if any(k in pending for k in b.keys)]
+
+    def execute(self, units: Sequence[tuple[tuple, Batch]], done: Done) -> None:
+        """Each batch's states, stored and handed on as it is done."""
+        stats = self.engine.stats
+        for (layers, dtype), batch in units:
+            states = self._run([r.row.tokens for r in batch.rows], layers, dtype)
+            fresh = {r.keys[0]: HiddenStatesResult(s) for r, s in zip(batch.rows, states) if r.keys[0] in self.pending}
+            self.store(fresh)
+            stats.batches_run += 1
+            stats.tokens_run += batch.real_tokens
+            if stats.first_batch_seconds is None:
+                stats.first_batch_seconds = time.perf_counter() - self.started
+            done(fresh, batch.real_tokens)
+
+    def _run(self, rows: list[tuple[int, ...]], layers: tuple[int, ...], dtype: str) -> list[np.ndarray]:
+        """One [len(layers), hidden size] array per row, halving the batch while it does not fit."""
+        try:
+            return list(self.backend.hidden_states(rows, layers, dtype))
+        except BatchTooLarge:
+            if len(rows) == 1:
+                raise UserError(f"one prompt of {len(rows[0])} tokens does not fit in the device's memory; "
+                                "lower max_prompt_tokens or use a device with more memory") from None
+        self.engine.stats.oom_splits += 1
+        half = len(rows) // 2
+        return self._run(rows[:half], layers, dtype) + self._run(rows[half:], layers, dtype)
+
+    def finish(self, done: Done) -> None:
+        """Nothing is made of parts."""
+
+    def store(self, results: Mapping[str, HiddenStatesResult]) -> None:
+        if self.engine.cache is not None and results:
+            self.engine.cache.put_hidden(self.fingerprint, results)
 
 
-def _compute(engine: Host, backend: HiddenStateBackend, fingerprint: str, unique: dict[str, HiddenStates],
-             pending: set[str], deliver: Callable[[Mapping[str, HiddenStatesResult]], None],
-             progress: Progress) -> dict[str, HiddenStatesResult]:
-    """This rank's share of the batches holding a pending request, stored and delivered batch by
-    batch; what it computed, when other ranks need it (else nothing is kept)."""
-    kept: dict[str, HiddenStatesResult] = {}
-    if not pending:
-        return kept
-    started = time.perf_counter()
-    batches = [(group, b) for group, b in plan_hidden(engine, unique) if any(k in pending for k in b.keys)]
-    for (layers, dtype), batch in engine.distributed.mine(batches):
-        states = _run(engine, backend, [r.row.tokens for r in batch.rows], layers, dtype)
-        fresh = {r.keys[0]: HiddenStatesResult(s) for r, s in zip(batch.rows, states) if r.keys[0] in pending}
-        _store(engine, fingerprint, fresh)
-        deliver(fresh)
-        if engine.distributed.world_size > 1:
-            kept.update(fresh)
-        engine.stats.batches_run += 1
-        engine.stats.tokens_run += batch.real_tokens
-        if engine.stats.first_batch_seconds is None:
-            engine.stats.first_batch_seconds = time.perf_counter() - started
-        progress.advance(len(fresh), batch.real_tokens)
-    return kept
-
-
-def plan_hidden(engine: Host, unique: dict[str, HiddenStates]) -> list[tuple[tuple, Batch]]:
+def plan_hidden(engine: Engine, unique: Mapping[str, HiddenStates]) -> list[tuple[tuple, Batch]]:
     """The batches of ALL the requests (so a resumed run cuts the same ones), each with the
     (layers, dtype) its requests read: longest first, ties in request order (a row's states
     depend on its place in the batch by an ulp or so, so this order is the seed
@@ -151,22 +140,3 @@ def plan_hidden(engine: Host, unique: dict[str, HiddenStates]) -> list[tuple[tup
         request = unique[key]
         groups[(request.layers, request.dtype)].append(PlannedRow(Row(context.tokens, ()), (key,)))
     return [(group, b) for group, rows in sorted(groups.items()) for b in partition(rows, engine.limits)]
-
-
-def _run(engine: Host, backend: HiddenStateBackend, rows: list[tuple[int, ...]], layers: tuple[int, ...],
-         dtype: str) -> list[np.ndarray]:
-    """One [len(layers), hidden size] array per row, halving the batch while it does not fit."""
-    try:
-        return list(backend.hidden_states(rows, layers, dtype))
-    except BatchTooLarge:
-        if len(rows) == 1:
-            raise UserError(f"one prompt of {len(rows[0])} tokens does not fit in the device's memory; "
-                            "lower max_prompt_tokens or use a device with more memory") from None
-    engine.stats.oom_splits += 1
-    half = len(rows) // 2
-    return _run(engine, backend, rows[:half], layers, dtype) + _run(engine, backend, rows[half:], layers, dtype)
-
-
-def _store(engine: Host, fingerprint: str, results: dict[str, HiddenStatesResult]) -> None:
-    if engine.cache is not None and results:
-        engine.cache.put_hidden(fingerprint, results)
