@@ -145,8 +145,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 def cmd_prompts(args: argparse.Namespace) -> int:
     from proctor.options import RunOptions
-    from proctor.outputs.owned import staged_directory
-    from proctor.outputs.owned import check_output_dir
+    from proctor.outputs.owned import check_output_dir, staged_directory
     from proctor.outputs.requests_file import request_rows
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
     from proctor.pipeline import plan, prompt_layout

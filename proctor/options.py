@@ -21,13 +21,36 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from proctor.backends.options import (
-    BACKENDS, HFOptions, OPTION_TYPES, BackendOptions, backend_fields, backend_options, taken_by,
+    BACKENDS,
+    OPTION_TYPES,
+    BackendOptions,
+    HFOptions,
+    backend_fields,
+    backend_options,
+    taken_by,
 )
 from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL, DEFAULT_SEED
 from proctor.errors import UserError
 from proctor.option import (
-    REQUIRED, anything, boolean, count, declared, flag_of, maybe_flag, one_of, option, parse_batch_size,
-    parse_count, parse_positive_int, parse_seed, path, paths, positive_int, seed_number, spec_of, specs_of,
+    REQUIRED,
+    anything,
+    boolean,
+    count,
+    declared,
+    flag_of,
+    maybe_flag,
+    one_of,
+    option,
+    parse_batch_size,
+    parse_count,
+    parse_positive_int,
+    parse_seed,
+    path,
+    paths,
+    positive_int,
+    seed_number,
+    spec_of,
+    specs_of,
 )
 
 DEFAULT_THINK_TAGS = ("<think>", "</think>")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from proctor.tasks.reasoning_types import REASONING_TYPES
 from proctor.tasks.base import Work, assign_query_ids
+from proctor.tasks.reasoning_types import REASONING_TYPES
 from proctor.tasks.registry import resolve
 from proctor.tasks.seed_suites import DATA_ATTRIBUTION
 

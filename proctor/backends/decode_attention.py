@@ -27,7 +27,8 @@ from proctor.backends.packed_attention import PackedLayout, attend_packed, atten
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
-def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor, scale: float):
+def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
+                  scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(output [B, kv, Q, d], log-sum-exp [B, kv, Q]) of queries [B, kv, Q, d] against the first
     lengths[b] keys of each batch row b of k, v [B, kv, L, d]."""
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale

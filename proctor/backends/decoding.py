@@ -13,7 +13,7 @@ same token whatever rows come with it.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import torch
 
@@ -96,10 +96,17 @@ def stop_window(stops: Sequence[str]) -> int:
     return 4 * max((len(s) for s in stops), default=0) + 2
 
 
+class TextDecoder(Protocol):
+    """The slice of a tokenizer `StopWatch` needs."""
+
+    def decode(self, tokens: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
 class StopWatch:
     """Decides, token by token, whether one sample has ended, and its final text."""
 
-    def __init__(self, tokenizer, stops: Sequence[str], eos_ids: frozenset[int], max_new_tokens: int):
+    def __init__(self, tokenizer: TextDecoder, stops: Sequence[str], eos_ids: frozenset[int],
+                 max_new_tokens: int) -> None:
         self.tokenizer = tokenizer
         self.stops = tuple(s for s in stops if s)
         self.window = stop_window(self.stops)

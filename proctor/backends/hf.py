@@ -18,13 +18,12 @@ import numpy as np
 import torch
 
 from proctor.backends.models import load_model
-from proctor.backends.packed_attention import NAME as PACKED
-from proctor.backends.packed_attention import PackedLayout, packed
+from proctor.backends.packed_attention import NAME as PACKED, PackedLayout, packed
 from proctor.backends.padding import left_padded, right_padded
 from proctor.backends.prefix_kv import run_prefix
 from proctor.backends.sources import ModelSource, as_source
-from proctor.engine.plan import Readout, Row
 from proctor.defaults import DEFAULT_MAX_LENGTH
+from proctor.engine.plan import Readout, Row
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import LoglikelihoodResult
 
@@ -353,7 +352,8 @@ def _prefix_safe(config: Any, max_length: int) -> bool:
     return not getattr(config, "add_cross_attention", False)
 
 
-def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor, targets: torch.Tensor):
+def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor,
+                 targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-prob of each target at its slot (float32 log-softmax) and whether it is the argmax."""
     logprobs = torch.empty(len(targets), dtype=torch.float32, device=logits.device)
     greedy = torch.empty(len(targets), dtype=torch.bool, device=logits.device)

@@ -22,9 +22,9 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from transformers import DynamicCache
 
+from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
 from proctor.backends.padding import left_padded
 from proctor.backends.prefix_kv import cache_keyword
-from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
 from proctor.engine.gen_plan import GenRow
 from proctor.requests import Generation, all_finished, finished_samples
 
@@ -115,7 +115,8 @@ def _generate_batch(
     return all_finished(results)
 
 
-def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device, keyword: str):
+def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device,
+             keyword: str) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cache, last-position logits, attention mask and next position of each row's prompt."""
     ids, mask, position_ids = left_padded([r.tokens for r in rows], device)
     cache = DynamicCache(config=model.config)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from proctor.backends.sources import ModelSource
-from proctor.errors import UserError
 from proctor.cache_dir import cache_root
+from proctor.errors import UserError
 from proctor.outputs.atomic import make_stage, unmark
 
 _MARKER = "proctor-gguf.json"

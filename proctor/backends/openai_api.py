@@ -58,12 +58,11 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Literal, Optional, Sequence, Union
 
 from proctor.backends.decoding import find_stop
+from proctor.backends.openai_http import CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy, ServerRejected
 from proctor.backends.redact import redact_url, strip_credentials
-from proctor.backends.openai_http import (CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy,
-                                          ServerRejected)
 from proctor.backends.sources import ALIASES, ModelSource, resolve_tokenizer
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
@@ -170,7 +169,7 @@ class OpenAIBackend:
         self.requests_sent += 1
         return self.client.post(body)
 
-    def _post_all(self, posts: Sequence[tuple[str, dict]]):
+    def _post_all(self, posts: Sequence[tuple[str, dict]]) -> Iterator[tuple[int, dict]]:
         """(index, reply) to each (path, body) as replies arrive, at most `concurrency` in flight."""
         self.requests_sent += len(posts)
         return self.client.map(self._post_to, posts)

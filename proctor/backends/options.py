@@ -15,8 +15,19 @@ from proctor.backends.redact import redact_url
 from proctor.backends.sources import ModelSource, classify_source, resolve_source
 from proctor.errors import UserError
 from proctor.option import (
-    anything, boolean, flag_of, fraction, json_object, one_of, option, parse_fraction, parse_json_object,
-    parse_positive_int, positive_int, some_text, spec_of,
+    anything,
+    boolean,
+    flag_of,
+    fraction,
+    json_object,
+    one_of,
+    option,
+    parse_fraction,
+    parse_json_object,
+    parse_positive_int,
+    positive_int,
+    some_text,
+    spec_of,
 )
 
 if TYPE_CHECKING:

@@ -67,7 +67,8 @@ def packed(layout: Layout) -> Iterator[None]:
         _LAYOUT.reset(token)
 
 
-def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float):
+def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(output, log-sum-exp) of softmax attention; q [1, H, T, d], k/v [1, H, S, d]."""
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, scale=scale)
@@ -105,7 +106,8 @@ def attend_packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, l
     return out.transpose(1, 2)
 
 
-def merge_parts(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, torch.Tensor]):
+def merge_parts(a: tuple[torch.Tensor, torch.Tensor],
+                b: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention over the union of two key sets, from each one's (output, log-sum-exp)."""
     (out_a, lse_a), (out_b, lse_b) = a, b
     weight = torch.sigmoid(lse_b - lse_a)[..., None].to(out_a.dtype)
@@ -113,7 +115,8 @@ def merge_parts(a: tuple[torch.Tensor, torch.Tensor], b: tuple[torch.Tensor, tor
 
 
 def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None, **kwargs: Any):
+                     attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None,
+                     **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers attention function: SDPA, or the layout's attention inside `packed(...)`."""
     layout = _LAYOUT.get()
     if layout is None:

@@ -61,8 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
 
-from proctor.backends.decoding import StopWatch
-from proctor.backends.decoding import eos_token_ids as decoding_eos_ids
+from proctor.backends.decoding import StopWatch, eos_token_ids as decoding_eos_ids
 from proctor.backends.sources import ModelSource, as_source
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Readout, Row

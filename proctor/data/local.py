@@ -10,8 +10,7 @@ import re
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from proctor.data import local_code, local_harness
-from proctor.data import rows as checked
+from proctor.data import local_code, local_harness, rows as checked
 from proctor.data.fields import field, nonempty
 from proctor.data.readers import first_existing, read_csv, read_json, read_jsonl, read_lines
 from proctor.data.rows import HELLASWAG_LABELS, SIQA_LABELS

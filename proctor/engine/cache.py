@@ -275,7 +275,7 @@ class ResultCache:
     def __enter__(self) -> "ResultCache":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -19,7 +19,6 @@ from proctor.errors import UserError
 from proctor.requests import Chat, Generate
 
 
-
 @dataclass(frozen=True)
 class GenRow:
     """One prompt's generation work for a backend."""

@@ -28,6 +28,7 @@ import numpy as np
 from proctor.errors import UserError
 from proctor.export.bergson import MANIFEST, ExportManifest, read_manifest
 
+
 @dataclass(frozen=True)
 class BergsonScores:
     """A Bergson per-sequence score store: scores[train row, query row]."""

@@ -36,8 +36,14 @@ from typing import Any, Iterator, Optional, Sequence
 from proctor.digests import file_sha256
 from proctor.errors import UserError
 from proctor.export import TARGETS
-from proctor.outputs.records import (SIDECAR_COLUMNS, ChoiceRecord, GenerationRecord, QueryMetadata, RunRecord,
-                                     TaskRecord)
+from proctor.outputs.records import (
+    SIDECAR_COLUMNS,
+    ChoiceRecord,
+    GenerationRecord,
+    QueryMetadata,
+    RunRecord,
+    TaskRecord,
+)
 from proctor.outputs.run_dir import read_run, task_dir_name
 from proctor.outputs.typecheck import check_fields
 from proctor.requests import POLICIES, Chat, Loglikelihood, Message

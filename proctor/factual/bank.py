@@ -18,7 +18,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence, Union
 
 from proctor.data.readers import split_lines
 from proctor.errors import UserError, check_positive_int
@@ -212,6 +212,12 @@ def _paraphrase(relation: Relation, anchor: Template, subject: str, fact_id: str
     return min(options, key=lambda o: _digest(seed, fact_id, "paraphrase", o[0]))
 
 
+class _MakeRow(Protocol):
+    """`_RowMaker.rows`'s `row`: one row of the fact, its fields past the common ones."""
+
+    def __call__(self, family: str, template_id: str, query: str, **fields: Any) -> dict: ...
+
+
 class _RowMaker:
     """Rows of one fact: every family that applies, in family order."""
 
@@ -264,7 +270,7 @@ class _RowMaker:
         rows.extend(self._crosslingual(entry, row))
         return rows
 
-    def _reverse(self, entry: _Entry, relation: Relation, pool: _Pool, row) -> Optional[dict]:
+    def _reverse(self, entry: _Entry, relation: Relation, pool: _Pool, row: _MakeRow) -> Optional[dict]:
         fact = entry.fact
         if relation.reverse is None:
             return None
@@ -281,7 +287,7 @@ class _RowMaker:
                    answer_in_subject_surface=_in_surface(aliases, fact.object))
 
     def _recognition(self, entry: _Entry, anchor: Template, question: str,
-                     gold_forms: list[Forms], pool: _Pool, row) -> Optional[dict]:
+                     gold_forms: list[Forms], pool: _Pool, row: _MakeRow) -> Optional[dict]:
         fact, fid = entry.fact, entry.fact_id
         key = f"{self.seed}\x1f{fid}\x1frecognition"
         if "en" in fact.clozes:   # BMLAMA's own candidates, in hash order
@@ -301,7 +307,7 @@ class _RowMaker:
                    aliases=[*fact.aliases, letter],
                    distractors=[o for _, o in others] + [L for L, _ in others])
 
-    def _crosslingual(self, entry: _Entry, row) -> list[dict]:
+    def _crosslingual(self, entry: _Entry, row: _MakeRow) -> list[dict]:
         out = []
         for lang in sorted(self.languages):
             cloze = entry.fact.clozes.get(lang)

@@ -34,8 +34,8 @@ from proctor.runtime import ModelArg, check_runtime, open_runtime
 
 if TYPE_CHECKING:
     from proctor.engine import Engine
-    from proctor.factual.bank import Bank
     from proctor.engine.chat import ChatTemplate
+    from proctor.factual.bank import Bank
 
 DEFAULT_OUTPUT = "outputs/factual"
 
@@ -142,7 +142,7 @@ def _check_output_dir(out: Path) -> None:
     check_writable_parent(out / "scored", "--output-dir")
 
 
-def _bank(args: argparse.Namespace):
+def _bank(args: argparse.Namespace) -> Bank:
     from proctor.factual.bank import read_bank
 
     return read_bank(Path(args.bank))
@@ -238,9 +238,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 1
 
 
-def cmd_score(args: argparse.Namespace, bank=None) -> int:
-    from proctor.factual.report import print_summary
+def cmd_score(args: argparse.Namespace, bank: Optional[Bank] = None) -> int:
     from proctor.factual.prompts import template_key
+    from proctor.factual.report import print_summary
     from proctor.factual.score import score_generations, summaries
     from proctor.factual.validate import read_jsonl
     from proctor.outputs.owned import check_output_file, write_owned_file
@@ -282,7 +282,7 @@ def cmd_hidden(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
     return 0
 
 
-def cmd_metrics(args: argparse.Namespace, bank=None) -> int:
+def cmd_metrics(args: argparse.Namespace, bank: Optional[Bank] = None) -> int:
     from proctor.factual.hidden import load_hidden
     from proctor.factual.metrics import factual_metrics
     from proctor.factual.report import print_metrics

@@ -24,8 +24,13 @@ from proctor.engine.hidden import hidden_state_backend
 from proctor.errors import UserError
 from proctor.factual.generate import factual_request, unique_query_ids
 from proctor.factual.prompts import DECODING, describe_template, template_record
-from proctor.outputs.hidden_states import (HiddenIndex, HiddenStateFiles, HiddenStateWriter, finished_extraction,
-                                           load_hidden)
+from proctor.outputs.hidden_states import (
+    HiddenIndex,
+    HiddenStateFiles,
+    HiddenStateWriter,
+    finished_extraction,
+    load_hidden,
+)
 from proctor.requests import HiddenStates
 
 if TYPE_CHECKING:

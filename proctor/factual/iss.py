@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, NamedTuple, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -206,7 +206,8 @@ def _outcome(anchor_label: str | None, cond_label: str | None) -> str | None:
 
 
 def _condition(c: str, groups: Mapping[str, list[str]], diff: Mapping[str, np.ndarray],
-               rank: Mapping[str, np.ndarray], layers: list[int], labels_of, n_boot: int,
+               rank: Mapping[str, np.ndarray], layers: list[int],
+               labels_of: Callable[[str, str], tuple[str | None, str | None]] | None, n_boot: int,
                seed: int, min_facts: int) -> ConditionISS:
     """Summaries of one condition; `diff`/`rank` hold [facts, layers] arrays of the relations kept."""
     facts = []
@@ -247,7 +248,7 @@ def _nanmean(v: np.ndarray) -> float:
     return float(v.mean()) if v.size else math.nan
 
 
-def _json(v):
+def _json(v: object) -> object:
     if isinstance(v, float) and math.isnan(v):
         return None
     if isinstance(v, (np.floating, np.integer)):

@@ -263,7 +263,9 @@ def _condition(c: str, facts: list, states: Mapping[int, np.ndarray], features: 
     return result
 
 
-def _best_layers(states, layers, i0, ic, y0, groups, folds, p0, pc, cfg) -> list[int]:
+def _best_layers(states: Mapping[int, np.ndarray], layers: list[int], i0: np.ndarray, ic: np.ndarray,
+                 y0: np.ndarray, groups: np.ndarray, folds: np.ndarray, p0: np.ndarray, pc: np.ndarray,
+                 cfg: ProbeConfig) -> list[int]:
     """Per outer fold, the layer with the best inner-CV AUROC of the anchor probe on the fold's
     anchor training facts; fills p0/pc with that layer's out-of-fold predictions."""
     best = [(-math.inf, layers[0])] * cfg.n_splits
@@ -282,14 +284,16 @@ def _best_layers(states, layers, i0, ic, y0, groups, folds, p0, pc, cfg) -> list
     return [lay for _, lay in best]
 
 
-def _anchor_probe(x0, xc, y0, groups, train, test, cfg) -> tuple[float, np.ndarray, np.ndarray]:
+def _anchor_probe(x0: np.ndarray, xc: np.ndarray, y0: np.ndarray, groups: np.ndarray, train: np.ndarray,
+                  test: np.ndarray, cfg: ProbeConfig) -> tuple[float, np.ndarray, np.ndarray]:
     """Fit on the fold's anchor training facts; (inner-CV AUROC, p on held-out anchor, p on held-out c)."""
     mu, sd = standardiser(x0[train])
     model, val = _fit(((x0[train] - mu) / sd), y0[train], groups[train], cfg)
     return val, _proba(model, (x0[test] - mu) / sd), _proba(model, (xc[test] - mu) / sd)
 
 
-def _cond_probe(x0, xc, yc, groups, train, test, cfg) -> np.ndarray:
+def _cond_probe(x0: np.ndarray, xc: np.ndarray, yc: np.ndarray, groups: np.ndarray, train: np.ndarray,
+                test: np.ndarray, cfg: ProbeConfig) -> np.ndarray:
     """The within-c probe, on states standardised with the fold's anchor-training statistics."""
     mu, sd = standardiser(x0[train])
     model, _ = _fit((xc[train] - mu) / sd, yc[train], groups[train], cfg)

@@ -11,10 +11,10 @@ from typing import Any, Mapping, Sequence
 
 from proctor.errors import UserError
 from proctor.factual.bank import Bank
-from proctor.outputs.hidden_states import HiddenStateFiles
 from proctor.factual.iss import compute_iss
 from proctor.factual.kts import compute_kts
 from proctor.factual.prompts import describe_template, template_key
+from proctor.outputs.hidden_states import HiddenStateFiles
 
 
 def scored_labels(scored: Sequence[Any], query_ids: Sequence[str], source: str) -> dict[str, str]:

@@ -7,11 +7,11 @@ counts what it skipped and why. Facts whose relation is not in `RELATIONS` are s
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
 from collections import Counter
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence

@@ -16,9 +16,16 @@ from proctor.inloop.distributed import DocumentSampler
 from proctor.inloop.icl_metric import ICLMetric
 from proctor.inloop.lm_metric import C4Metric, PalomaMetric
 from proctor.inloop.tasks import (
-    LENGTHS, PALOMA_SOURCES, Babilong, C4English, ICLTask, Paloma, Phonebook, build_task, task_names,
+    LENGTHS,
+    PALOMA_SOURCES,
+    Babilong,
+    C4English,
+    ICLTask,
+    Paloma,
+    Phonebook,
+    build_task,
+    task_names,
 )
-
 
 __all__ = [
     "Babilong", "C4English", "C4Metric", "DocumentSampler", "ICLMetric", "ICLTask", "LENGTHS",

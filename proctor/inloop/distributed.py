@@ -6,7 +6,7 @@ initialised and is a no-op otherwise, so one code path serves 1 and N processes.
 
 from __future__ import annotations
 
-from typing import Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 import torch
 import torch.distributed as dist
@@ -44,6 +44,13 @@ def rank_documents(num_documents: int, rank: int, world_size: int) -> range:
     return range(start, start + base + (1 if rank < extra else 0))
 
 
+class Documented(Protocol):
+    """What `DocumentSampler` needs of a task: the document (0..n-1) of each item."""
+
+    @property
+    def documents(self) -> Sequence[int]: ...
+
+
 class DocumentSampler(Sampler[int]):
     """Indices of the items (chunks, choice rows) of this rank's documents, in dataset order.
 
@@ -53,7 +60,7 @@ class DocumentSampler(Sampler[int]):
     one rank, so a metric never sees part of a document on one rank and the rest on another.
     """
 
-    def __init__(self, task, rank: Optional[int] = None, world_size: Optional[int] = None):
+    def __init__(self, task: Documented, rank: Optional[int] = None, world_size: Optional[int] = None) -> None:
         default_rank, default_world = rank_and_world()
         self.rank = default_rank if rank is None else rank
         self.world_size = default_world if world_size is None else world_size
@@ -132,7 +139,7 @@ class SumMetric(torch.nn.Module):
         super().__init__()
         self.coverage = Coverage()
 
-    def _apply(self, fn, recurse=True):
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> SumMetric:
         super()._apply(fn, recurse)
         for name, buffer in self.named_buffers(recurse=False):
             if buffer.is_floating_point() and buffer.dtype != torch.float64:

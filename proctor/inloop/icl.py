@@ -32,9 +32,9 @@ import torch
 from torch.utils.data import Dataset
 
 from proctor.engine.tokens import TokenizationPolicy
-from proctor.requests import Loglikelihood, Policy
 from proctor.errors import UserError, check_positive_int
 from proctor.inloop.batching import collate_items, pad_token_id
+from proctor.requests import Loglikelihood, Policy
 
 METRIC_TYPES = ("acc", "len_norm", "bpb")
 # primary metric of a spine task -> the ICLMetric figure that equals it

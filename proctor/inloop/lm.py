@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from proctor.data.corpora import (PALOMA_SOURCES, Document, PathLike, c4_documents,
-                                  check_paloma_source, paloma_documents)
-from proctor.engine.tokens import TokenizationPolicy
+from proctor.data.corpora import PALOMA_SOURCES, Document, PathLike, c4_documents, check_paloma_source, paloma_documents
+from proctor.engine.tokens import TextEncoder, TokenizationPolicy
 from proctor.inloop.batching import collate_items, pad_token_id
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ class LMChunkDataset(Dataset):
 
     task_name = "lm"
 
-    def __init__(self, documents: Sequence[Document], tokenizer, model_ctx_len: int = 2048):
+    def __init__(self, documents: Sequence[Document], tokenizer: TextEncoder, model_ctx_len: int = 2048) -> None:
         if isinstance(model_ctx_len, bool) or not isinstance(model_ctx_len, int) or model_ctx_len < 1:
             raise ValueError(f"model_ctx_len must be a positive integer, got {model_ctx_len!r}")
         self.model_ctx_len = model_ctx_len
@@ -120,8 +119,8 @@ class C4English(LMChunkDataset):
 
     task_name = "c4_en"
 
-    def __init__(self, tokenizer, num_samples: int = 1000, model_ctx_len: int = 2048,
-                 data_dir: Optional[PathLike] = None, path: Optional[PathLike] = None):
+    def __init__(self, tokenizer: TextEncoder, num_samples: int = 1000, model_ctx_len: int = 2048,
+                 data_dir: Optional[PathLike] = None, path: Optional[PathLike] = None) -> None:
         self.num_samples = num_samples
         super().__init__(c4_documents(data_dir, num_samples, path=path), tokenizer, model_ctx_len)
 
@@ -138,9 +137,9 @@ class Paloma(LMChunkDataset):
 
     task_name = "paloma"
 
-    def __init__(self, tokenizer, dataset_name: Union[str, Sequence[str], None] = None,
+    def __init__(self, tokenizer: TextEncoder, dataset_name: Union[str, Sequence[str], None] = None,
                  split: str = "val", num_samples: int = 1000, model_ctx_len: int = 2048,
-                 data_dir: Optional[PathLike] = None, token: Optional[str] = None):
+                 data_dir: Optional[PathLike] = None, token: Optional[str] = None) -> None:
         sources = (PALOMA_SOURCES if dataset_name is None else
                    (dataset_name,) if isinstance(dataset_name, str) else tuple(dataset_name))
         if not sources:

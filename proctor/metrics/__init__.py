@@ -2,7 +2,12 @@
 
 from proctor.metrics.aggregate import MeanStat, RatioStat, Stat, aggregate_docs, suite_scores
 from proctor.metrics.answers import (
-    BBH_ANSWER, GSM8K_IGNORE, exact_match, extract_last_number, gsm8k_gold, gsm8k_match,
+    BBH_ANSWER,
+    GSM8K_IGNORE,
+    exact_match,
+    extract_last_number,
+    gsm8k_gold,
+    gsm8k_match,
     regex_extract,
 )
 from proctor.metrics.choice import choice_score, score_multiple_choice

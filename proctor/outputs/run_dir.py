@@ -18,8 +18,17 @@ from proctor.errors import UserError
 from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text
 from proctor.outputs.owned import staged_directory
 from proctor.outputs.records import (
-    FORMAT_VERSION, RECORD_READERS, SIDECAR_COLUMNS, EngineRecord, ModelRecord, QueryMetadata, RunConfig,
-    RunRecord, SpecScore, TaskRecord, Timing,
+    FORMAT_VERSION,
+    RECORD_READERS,
+    SIDECAR_COLUMNS,
+    EngineRecord,
+    ModelRecord,
+    QueryMetadata,
+    RunConfig,
+    RunRecord,
+    SpecScore,
+    TaskRecord,
+    Timing,
 )
 from proctor.outputs.requests_file import REQUESTS_FILE, Render, request_rows
 from proctor.outputs.typecheck import check_fields

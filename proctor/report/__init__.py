@@ -2,7 +2,10 @@
 which lays out what `analysis` computes from the runs' records)."""
 
 from proctor.report.terminal import (
-    print_agreement, print_results, print_task_table, wide_console,
+    print_agreement,
+    print_results,
+    print_task_table,
+    wide_console,
 )
 
 __all__ = ["print_agreement", "print_results", "print_task_table", "wide_console"]

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 from proctor.metrics.clusters import sample_correct, task_error
 from proctor.metrics.stats import ClusteredMean, wilson_interval
 from proctor.outputs.records import (
-    ChoiceRecord, GenerationRecord, PerplexityRecord, QueryMetadata, Record, RunRecord, SampleOutput, TaskRecord,
+    ChoiceRecord,
+    GenerationRecord,
+    PerplexityRecord,
+    QueryMetadata,
+    Record,
+    RunRecord,
+    SampleOutput,
+    TaskRecord,
     finite,
 )
 from proctor.outputs.requests_file import Prompt

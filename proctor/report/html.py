@@ -37,8 +37,22 @@ from proctor.outputs.records import RunRecord, SpecScore, TaskRecord, finite
 from proctor.outputs.requests_file import REQUESTS_FILE, Prompt, read_prompts
 from proctor.outputs.run_dir import read_run, task_dir_name
 from proctor.report.analysis import (
-    CALIBRATION_BINS, JSON, Breakdown, ErrorTable, breakdowns, calibration_points, curve_order, finish_reasons,
-    first_task, generation_counts, item_data, paired_rows, provenance_rows, reliability, task_errors, task_names,
+    CALIBRATION_BINS,
+    JSON,
+    Breakdown,
+    ErrorTable,
+    breakdowns,
+    calibration_points,
+    curve_order,
+    finish_reasons,
+    first_task,
+    generation_counts,
+    item_data,
+    paired_rows,
+    provenance_rows,
+    reliability,
+    task_errors,
+    task_names,
 )
 from proctor.version import VERSION
 

@@ -15,9 +15,10 @@ import builtins
 import json
 import os
 import sys
+from typing import Callable
 
 try:
-    from . import _wire            # imported as part of proctor.sandbox
+    from . import _wire  # imported as part of proctor.sandbox
 except ImportError:
     import _wire  # type: ignore[no-redef]  # imported by the runner from this directory: the same module
 
@@ -39,7 +40,7 @@ def _flush() -> None:
             pass
 
 
-def _load(source: str, entry_point: str) -> tuple[object, dict | None]:
+def _load(source: str, entry_point: str) -> tuple[Callable[..., object] | None, dict | None]:
     """(the entry point, None) or (None, the setup_error message)."""
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
@@ -57,7 +58,7 @@ def _load(source: str, entry_point: str) -> tuple[object, dict | None]:
     return fn, None
 
 
-def _reply(fn, request: dict) -> dict:
+def _reply(fn: Callable[..., object], request: dict) -> dict:
     try:
         args = _wire.from_plain(request["args"])
         kwargs = _wire.from_plain(request["kwargs"])
@@ -80,6 +81,7 @@ def serve(source: str, entry_point: str, fd: int) -> None:
     _wire.send(fd, failure or {"ready": True})
     if failure:
         os._exit(0)
+    assert fn is not None   # _load gives the function exactly when it gives no failure
     while True:
         try:
             request = _wire.recv(fd)

@@ -71,7 +71,7 @@ def oom_score_adj(value: int) -> None:
         pass
 
 
-def set_limits(cpu_s: int, memory_bytes: int, file_bytes: int, max_procs) -> None:
+def set_limits(cpu_s: int, memory_bytes: int, file_bytes: int, max_procs: int | None) -> None:
     limits = [(resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)),
               (resource.RLIMIT_AS, (memory_bytes, memory_bytes)),
               (resource.RLIMIT_FSIZE, (file_bytes, file_bytes)),
@@ -82,8 +82,8 @@ def set_limits(cpu_s: int, memory_bytes: int, file_bytes: int, max_procs) -> Non
         resource.setrlimit(which, value)
 
 
-def confine(*, uid, gid, cwd: str, env: dict, parent: int, cpu_s: int, memory_bytes: int,
-            file_bytes: int, max_procs=None) -> None:
+def confine(*, uid: int | None, gid: int | None, cwd: str, env: dict, parent: int, cpu_s: int,
+            memory_bytes: int, file_bytes: int, max_procs: int | None = None) -> None:
     """Everything after the fds: cwd, env, rlimits, identity, then no privileges to regain.
 
     `parent` is the runner's pid: the process dies with it (PR_SET_PDEATHSIG is cleared by
@@ -95,6 +95,7 @@ def confine(*, uid, gid, cwd: str, env: dict, parent: int, cpu_s: int, memory_by
     os.environ.update(env)
     set_limits(cpu_s, memory_bytes, file_bytes, max_procs)
     if uid is not None:
+        assert gid is not None   # given together with the uid
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)

@@ -42,7 +42,7 @@ def _raise(what: str) -> None:
     raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def mount(source, target: str, fstype, flags: int, options: str = "") -> None:
+def mount(source: str | None, target: str, fstype: str | None, flags: int, options: str = "") -> None:
     enc = lambda s: s.encode() if s else None   # noqa: E731
     if _libc.mount(enc(source), target.encode(), enc(fstype), ctypes.c_ulong(flags), enc(options)) != 0:
         _raise(f"mount {source or ''} on {target}")
@@ -94,7 +94,7 @@ def _pivot(new_root: str) -> None:
     os.chdir("/")
 
 
-def build(layout: dict, size: int, owner_uid, owner_gid, proc: bool) -> str:
+def build(layout: dict, size: int, owner_uid: int | None, owner_gid: int | None, proc: bool) -> str:
     """Build the root, pivot into it; returns the work directory (inside it)."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)   # nothing we mount propagates to the host
     dirs, files, hidden = layout["dirs"], layout["files"], layout["hidden"]
@@ -123,6 +123,7 @@ def build(layout: dict, size: int, owner_uid, owner_gid, proc: bool) -> str:
         _mkdirs(new + d)
         os.chmod(new + d, mode)
     if owner_uid is not None:
+        assert owner_gid is not None   # given together with the uid
         os.chown(new + WORKDIR, owner_uid, owner_gid)
     _pivot(new)
     if proc:

@@ -34,10 +34,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _candidate  # noqa: E402
-import _confine    # noqa: E402
-import _rootfs     # noqa: E402
-import _tester     # noqa: E402
-import _wire       # noqa: E402
+import _confine  # noqa: E402
+import _rootfs  # noqa: E402
+import _tester  # noqa: E402
+import _wire  # noqa: E402
 
 del sys.path[0]    # nothing is imported from the project's directory after this
 LIFELINE = 0       # stdin
@@ -84,7 +84,7 @@ def _prepare(job: dict) -> str:
     return workdir
 
 
-def _confined(job: dict, uid, cwd: str, env: dict, max_procs) -> None:
+def _confined(job: dict, uid: int | None, cwd: str, env: dict, max_procs: int | None) -> None:
     _confine.confine(uid=uid, gid=uid, cwd=cwd, env=env, parent=job["runner_pid"],
                      cpu_s=job["cpu_s"], memory_bytes=job["memory_bytes"],
                      file_bytes=job["file_bytes"], max_procs=max_procs)
@@ -121,7 +121,7 @@ def _fork_tester(job: dict, trusted: dict, fd: int, verdict_fd: int) -> int:
     os._exit(70)
 
 
-def _collect(fd: int, deadline: float, until_exit=None) -> tuple[bytes, bool]:
+def _collect(fd: int, deadline: float, until_exit: int | None = None) -> tuple[bytes, bool]:
     """Read `fd` until EOF (or, with `until_exit`, a pidfd, until that process exits);
     (what was read, whether the deadline came first). Raises EvaluatorGone."""
     data = bytearray()
@@ -151,7 +151,7 @@ def _collect(fd: int, deadline: float, until_exit=None) -> tuple[bytes, bool]:
             return bytes(data), False
 
 
-def _exit_status(pid: int):
+def _exit_status(pid: int) -> int | None:
     """The exit code if `pid` has already ended (negative: the signal), else None."""
     try:
         done, status = os.waitpid(pid, os.WNOHANG)

@@ -16,6 +16,7 @@ The verdict is what this process writes to its verdict fd, which the candidate n
 import builtins
 import json
 import os
+from typing import Any, Callable, NoReturn
 
 try:
     from . import _wire
@@ -36,12 +37,12 @@ class _Link:
         self.died = False                       # the candidate process went away
         self.harness_error: str | None = None   # the tests passed something the wire cannot carry
 
-    def fail(self, detail: str, died: bool = False) -> None:
+    def fail(self, detail: str, died: bool = False) -> NoReturn:
         if self.broken is None:
             self.broken, self.died = detail, died
         raise _Broken(self.broken)
 
-    def call(self, args: tuple, kwargs: dict):
+    def call(self, args: tuple, kwargs: dict) -> Any:
         if self.broken is not None:
             raise _Broken(self.broken)
         try:
@@ -84,8 +85,8 @@ def _rebuild(name: str, message: str) -> Exception:
     return Exception(f"{name}: {message}")
 
 
-def _proxy(link: _Link, name: str):
-    def candidate(*args, **kwargs):
+def _proxy(link: _Link, name: str) -> Callable[..., Any]:
+    def candidate(*args: object, **kwargs: object) -> Any:
         return link.call(args, kwargs)
     candidate.__name__ = candidate.__qualname__ = name
     return candidate

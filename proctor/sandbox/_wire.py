@@ -16,6 +16,7 @@ Messages are a 4-byte big-endian length and a JSON object.
 import json
 import os
 import struct
+from typing import Any
 
 MAX_MESSAGE = 4 << 20
 MAX_DEPTH = 100
@@ -27,7 +28,7 @@ class WireError(Exception):
     """A value or message outside what the wire carries."""
 
 
-def to_plain(value, depth: int = 0):
+def to_plain(value: Any, depth: int = 0) -> object:
     """`value` as a JSON-encodable tree (see the module docstring)."""
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
@@ -57,7 +58,7 @@ def to_plain(value, depth: int = 0):
     raise WireError(f"cannot send a value of type {type(value).__name__!s:.80}")
 
 
-def from_plain(tree, depth: int = 0):
+def from_plain(tree: Any, depth: int = 0) -> Any:
     """Fresh plain objects from a tree made by `to_plain` (or by anyone: it is checked)."""
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")

@@ -13,11 +13,12 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 
-def outermost(paths) -> tuple[str, ...]:
+def outermost(paths: Iterable[str]) -> tuple[str, ...]:
     """The real paths, without those lying under another of them."""
     dirs = sorted({os.path.realpath(p) for p in paths})
     return tuple(d for d in dirs if not any(d.startswith(k + "/") for k in dirs if k != d))

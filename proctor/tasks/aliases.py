@@ -26,9 +26,15 @@ from functools import lru_cache
 from typing import Optional
 
 from proctor.tasks import bbh
-from proctor.tasks.lm_eval import arc as lb_arc, bigbench as lb_bigbench, gsm8k as lb_gsm8k
-from proctor.tasks.lm_eval import hellaswag as lb_hellaswag, mmlu as lb_mmlu
+from proctor.tasks.lm_eval import (
+    arc as lb_arc,
+    bigbench as lb_bigbench,
+    gsm8k as lb_gsm8k,
+    hellaswag as lb_hellaswag,
+    mmlu as lb_mmlu,
+)
 from proctor.tasks.mmlu import SUBJECTS
+
 
 @dataclass(frozen=True)
 class Alias:

@@ -14,7 +14,11 @@ from typing import Any, ClassVar, Iterator, Mapping, NamedTuple, Optional, Proto
 from proctor.errors import UserError, check_positive_int
 from proctor.metrics import Stat
 from proctor.outputs.records import (
-    GenerationSettings, PerplexityTotals, QueryMetadata, Record, TaskKind,
+    GenerationSettings,
+    PerplexityTotals,
+    QueryMetadata,
+    Record,
+    TaskKind,
 )
 from proctor.requests import Context, Loglikelihood, Policy, Request
 from proctor.tasks.config import ChatFormat, TaskConfig

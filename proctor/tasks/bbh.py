@@ -31,10 +31,10 @@ from typing import Optional
 from proctor.data import load_data_text, load_split
 from proctor.errors import UserError
 from proctor.metrics.answers import BBH_ANSWER, exact_match, regex_extract
+from proctor.outputs.records import SampleOutput
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.counts import BBH_TEST
-from proctor.outputs.records import SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.lm_eval.context import fewshot_context
 

@@ -14,12 +14,16 @@ from functools import lru_cache
 from typing import Mapping, Optional
 
 from proctor.errors import UserError
-from proctor.tasks import arc, bbh, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
-from proctor.tasks import bbh_olmes
+from proctor.tasks import arc, bbh, bbh_olmes, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
 from proctor.tasks.base import Task, TaskConfig
-from proctor.tasks.lm_eval import arc as lb_arc, bigbench as lb_bigbench, hellaswag as lb_hellaswag
-from proctor.tasks.lm_eval import mmlu as lb_mmlu, truthfulqa as lb_truthfulqa
-from proctor.tasks.lm_eval import gsm8k as lb_gsm8k
+from proctor.tasks.lm_eval import (
+    arc as lb_arc,
+    bigbench as lb_bigbench,
+    gsm8k as lb_gsm8k,
+    hellaswag as lb_hellaswag,
+    mmlu as lb_mmlu,
+    truthfulqa as lb_truthfulqa,
+)
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,

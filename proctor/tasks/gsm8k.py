@@ -37,11 +37,11 @@ from typing import Optional
 from proctor.data import load_fewshot, load_split
 from proctor.metrics.answers import extract_last_number, gsm8k_gold, gsm8k_match
 from proctor.metrics.samples import sampled_metrics
+from proctor.outputs.records import SampleOutput
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
-from proctor.outputs.records import SampleOutput
-from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.config import ChatFormat
+from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.prompts import make_cloze_prompt, olmes_context
 
 DATASET = "openai/gsm8k"

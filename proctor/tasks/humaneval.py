@@ -44,9 +44,9 @@ from typing import Optional, Sequence
 from proctor import sandbox
 from proctor.data import load_split
 from proctor.metrics.samples import pass_at_ks
+from proctor.outputs.records import GenerationSettings, SampleOutput
 from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
-from proctor.outputs.records import GenerationSettings, SampleOutput
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
 from proctor.tasks.lm_eval.context import fewshot_context
 

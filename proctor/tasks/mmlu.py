@@ -14,8 +14,8 @@ from typing import Optional
 
 from proctor.data import load_split
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.config import ChatFormat
 from proctor.tasks.choice import ChoiceTask, Rendered
+from proctor.tasks.config import ChatFormat
 from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
 
 DATASET = "cais/mmlu"

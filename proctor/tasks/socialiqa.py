@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.data import load_fewshot, load_split
-from proctor.tasks.reasoning_types import reasoning_type
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
 from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.reasoning_types import reasoning_type
 
 DATASET = "allenai/social_i_qa"
 FEWSHOT = "OLMES:social_i_qa"

@@ -21,9 +21,9 @@ from typing import Optional, Sequence
 from proctor.errors import UserError
 from proctor.metrics.harness import lm_eval_choice_metrics
 from proctor.outputs.records import ChoiceOutput
+from proctor.requests import Context
 from proctor.tasks.base import Instance, about, check_limit, number_docs
 from proctor.tasks.choice import RankedChoiceTask
-from proctor.requests import Context
 from proctor.tasks.lm_eval.context import choice_delimiter, fewshot_context
 from proctor.tasks.lm_eval.fewshot import FEWSHOT_SEED, first_n, sample_random
 

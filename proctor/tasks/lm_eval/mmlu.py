@@ -15,8 +15,7 @@ from typing import Optional
 from proctor.data import load_split
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.lm_eval.base import HarnessTask
-from proctor.tasks.mmlu import BENCHMARK, SUBJECTS
-from proctor.tasks.mmlu import CATEGORIES as OLMES_CATEGORIES
+from proctor.tasks.mmlu import BENCHMARK, CATEGORIES as OLMES_CATEGORIES, SUBJECTS
 
 DATASET = "cais/mmlu"
 LETTERS = ("A", "B", "C", "D")
