@@ -145,8 +145,9 @@ def curve_order(runs: Sequence[RunRecord]) -> Optional[tuple[list[int], Optional
 
 
 @dataclass(frozen=True)
-class GroupAccuracy:
-    group: str
+class Proportion:
+    """`correct` of `n` items, with its accuracy and Wilson 95% interval."""
+
     correct: int
     n: int
 
@@ -156,6 +157,11 @@ class GroupAccuracy:
 
     def interval(self) -> tuple[float, float]:
         return wilson_interval(self.correct, self.n)
+
+
+@dataclass(frozen=True)
+class GroupAccuracy(Proportion):
+    group: str = ""
 
 
 def task_family(task: TaskRecord) -> str:
@@ -183,7 +189,7 @@ def group_accuracies(rows: Iterable[QueryMetadata], column: str) -> dict[str, Gr
         tally = counts.setdefault(str(key), [0, 0])
         tally[0] += int(row.is_correct)
         tally[1] += 1
-    return {k: GroupAccuracy(k, c, n) for k, (c, n) in sorted(counts.items())}
+    return {k: GroupAccuracy(c, n, group=k) for k, (c, n) in sorted(counts.items())}
 
 
 def task_families(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
@@ -229,17 +235,8 @@ def paired_rows(comparison: Sequence["TaskComparison"]) -> list[dict[str, JSON]]
 
 
 @dataclass(frozen=True)
-class ReliabilityBin:
-    confidence: float       # the bin's mean confidence
-    correct: int
-    n: int
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.n
-
-    def interval(self) -> tuple[float, float]:
-        return wilson_interval(self.correct, self.n)
+class ReliabilityBin(Proportion):
+    confidence: float = 0.0  # the bin's mean confidence
 
 
 def confidences(task: TaskRecord) -> list[tuple[float, bool]]:
@@ -266,7 +263,7 @@ def reliability(points: Sequence[tuple[float, bool]], bins: int = CALIBRATION_BI
         sums[b] += p
         correct[b] += right
         counts[b] += 1
-    found = [ReliabilityBin(sums[b] / counts[b], correct[b], counts[b]) for b in range(bins) if counts[b]]
+    found = [ReliabilityBin(correct[b], counts[b], confidence=sums[b] / counts[b]) for b in range(bins) if counts[b]]
     total = sum(counts)
     ece = sum(abs(r.correct / r.n - r.confidence) * r.n for r in found) / total if total else math.nan
     return found, ece
