@@ -64,14 +64,14 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
     # Everything that can be checked is checked before any data or model work.
     if out is not None and is_main:
         check_output_dir(out, overwrite=options.overwrite, option="output")
-    source = check_runtime(source, options)
+    checked = check_runtime(source, options)
     data = resolve_data_dir(options.data_dir)
     evaluation = plan(list(options.tasks), data, options.limit, prompt_layout(options))
     evaluation.preflight(options.allow_unsafe_exec)  # a refusal costs no model load
     if options.max_length is None and not evaluation.uses_policy("lm_eval"):
         options = replace(options, max_length=DEFAULT_MAX_LENGTH)  # OLMES's window; no need to learn the model's
     data_seconds = time.perf_counter() - t0
-    with open_runtime(source, options, tokenizer=tokenizer, chats=evaluation.has_chats(),
+    with open_runtime(checked, options, tokenizer=tokenizer, chats=evaluation.has_chats(),
                       olmes_window=True) as runtime:
         t_eval = time.perf_counter()
         scored = score(evaluation, runtime.engine)

@@ -155,8 +155,7 @@ def cmd_prompts(args: argparse.Namespace) -> int:
     _include(args)
     options = RunOptions.from_keywords(keywords_of(args, PROMPT_FLAGS))
     evaluation = plan(list(options.tasks), resolve_data_dir(options.data_dir), options.limit, prompt_layout(options))
-    template_file = None if isinstance(options.chat_template, bool) else options.chat_template
-    render = _chat_renderer(args.model, template_file) if evaluation.has_chats() else None
+    render = _chat_renderer(args.model, options.template_file) if evaluation.has_chats() else None
     with staged_directory(output, overwrite=args.overwrite) as stage:
         for run in evaluation.tasks.values():
             write_jsonl(stage / task_dir_name(run.config.name) / "requests.jsonl",

@@ -218,9 +218,10 @@ class RunOptions:
         return cls(**values, backend_options=chosen)
 
     @property
-    def backend_values(self) -> dict[str, Any]:
-        """This run's backend options by name."""
-        return {f.name: getattr(self.backend_options, f.name) for f in fields(self.backend_options)}
+    def template_file(self) -> Optional[str]:
+        """The chat template's Jinja file, if `chat_template` names one (True: the tokenizer's own)."""
+        return None if isinstance(self.chat_template, bool) else self.chat_template
+
 
 
 #: the options metrics.json records in `run_config` (beside the world size)
@@ -252,10 +253,6 @@ def cli_default(name: str) -> Any:
     """The flag's default as argparse holds it (before `from_cli`)."""
     f = all_fields()[name]
     return spec_of(f).cli.get("default", f.default)
-
-
-def api_default(name: str) -> Any:
-    return all_fields()[name].default
 
 
 RUN_FLAGS = tuple(name for name in all_fields() if not spec_of(all_fields()[name]).api_only)

@@ -85,29 +85,36 @@ class Runtime:
         return [] if self.cache is None else self.cache.tampered_warning()
 
 
-def check_runtime(model: ModelArg, options: RunOptions) -> ModelArg:
+@dataclass(frozen=True)
+class Checked:
+    """A run's model and result cache, found before any data or model work (`check_runtime`)."""
+
+    model: ModelArg                 # with its source, when a backend loads it
+    cache: Optional[ResultCache]    # open; None with cache=False
+
+
+def check_runtime(model: ModelArg, options: RunOptions) -> Checked:
     """Everything about the model that can be checked before any data or model work: where it is
-    and what it holds (unless the caller holds it: it is resolved here, once per run), and the
-    result cache. Returns `model` with its source."""
+    and what it holds (unless the caller holds it: it is resolved here, once per run); and the
+    result cache, opened here and used by the runtime."""
     if model.location is not None:
         model = replace(model, source=options.backend_options.locate(model.location))
-    if options.cache:
-        ResultCache(results_path()).close()
-    return model
+    return Checked(model, ResultCache(results_path()) if options.cache else None)
 
 
 @contextmanager
-def open_runtime(model: ModelArg, options: RunOptions, *, tokenizer: Any = None, chats: bool,
+def open_runtime(checked: Checked, options: RunOptions, *, tokenizer: Any = None, chats: bool,
                  olmes_window: bool = False) -> Iterator[Runtime]:
-    """Join the ranks, load the backend (in turn, see `DistributedContext.in_turn`), open the result
-    cache, resolve the chat template (when `chats`: some prompt is a chat) and build the engine.
+    """Join the ranks, load the backend (in turn, see `DistributedContext.in_turn`), resolve the
+    chat template (when `chats`: some prompt is a chat) and build the engine on the checked cache.
 
     `olmes_window`: OLMES specs keep OLMES's window (2048) inside a longer model context unless
-    `--max-length` says otherwise. The ranks leave the process group on the way out."""
+    `--max-length` says otherwise. The ranks leave the process group, and the cache is closed,
+    on the way out."""
     ranks = DistributedContext.from_env()
     started = time.perf_counter()
     warnings: list[str] = []
-    cache = ResultCache(results_path()) if options.cache else None
+    model, cache = checked.model, checked.cache
     ranks.start()
     try:
         if model.backend is not None:
@@ -132,7 +139,7 @@ def open_runtime(model: ModelArg, options: RunOptions, *, tokenizer: Any = None,
         load_seconds = time.perf_counter() - started
         olmes_max_length = (min(options.max_length or DEFAULT_MAX_LENGTH, backend.max_length)
                             if olmes_window else None)
-        template = ChatTemplate.resolve(_template_file(options), backend.tokenizer) if chats else None
+        template = ChatTemplate.resolve(options.template_file, backend.tokenizer) if chats else None
         engine = Engine(backend, batch_size=options.batch_size, cache=cache,
                         progress=options.progress and ranks.is_main, deterministic=options.deterministic,
                         seed=options.seed, distributed=ranks, olmes_max_length=olmes_max_length,
@@ -140,8 +147,5 @@ def open_runtime(model: ModelArg, options: RunOptions, *, tokenizer: Any = None,
         yield Runtime(options, model, ranks, backend, cache, engine, load_seconds, warnings)
     finally:
         ranks.stop()
-
-
-def _template_file(options: RunOptions) -> Optional[str]:
-    """The chat template's Jinja file, if the option names one (True: the tokenizer's own)."""
-    return None if isinstance(options.chat_template, bool) else options.chat_template
+        if checked.cache is not None:
+            checked.cache.close()

@@ -12,7 +12,8 @@ from proctor.backends.options import OPTION_TYPES, backend_fields, backend_optio
 from proctor.cli import PROMPT_FLAGS, build_parser
 from proctor.errors import UserError
 from proctor.factual.cli import GENERATE_BACKEND_FLAGS, MODEL_FLAGS
-from proctor.options import RECORDED, RUN_FLAGS, RunOptions, all_fields, api_default, cli_default, option_help
+from proctor.backends.options import HFOptions
+from proctor.options import RECORDED, RUN_FLAGS, RunOptions, all_fields, cli_default, option_help
 from proctor.option import REQUIRED, declared
 from proctor.outputs.records import RunConfig
 
@@ -115,7 +116,8 @@ def test_an_unknown_keyword_is_pythons_own_error():
 
 
 def test_defaults_come_from_the_declaration():
-    assert api_default("seed") == 1234 and api_default("batch_size") == "auto" and api_default("cache") is True
+    defaults = {name: f.default for name, f in all_fields().items()}
+    assert defaults["seed"] == 1234 and defaults["batch_size"] == "auto" and defaults["cache"] is True
     options = RunOptions.from_keywords({"tasks": "a:mc::olmes", "think_tags": True, "labels": None})
     assert options.tasks == ("a:mc::olmes",) and options.think_tags == ("<think>", "</think>")
-    assert options.labels == {} and options.backend_values == {"device": None, "dtype": "auto"}
+    assert options.labels == {} and options.backend_options == HFOptions(device=None, dtype="auto")

@@ -129,8 +129,8 @@ def run_command(args: argparse.Namespace) -> int:
     options = _run_options(args)  # checked before the bank is read
     model = ModelArg.of(options.model, options.backend)
     bank = _bank(args)
-    model = check_runtime(model, options)
-    with open_runtime(model, options, chats=options.chat_template is not False) as runtime:
+    checked = check_runtime(model, options)
+    with open_runtime(checked, options, chats=options.chat_template is not False) as runtime:
         return MODEL_STEPS[args.step](args, bank, runtime.engine)
 
 
