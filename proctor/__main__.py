@@ -1,3 +1,5 @@
+"""Entry point of `python -m proctor`: run the command-line interface."""
+
 import os
 import sys
 

@@ -12,5 +12,5 @@ def cache_root() -> Path:
 
 
 def results_path() -> Path:
-    """The result cache every run reads and stores finished results in."""
+    """Return the path of the result cache every run reads and stores finished results in."""
     return cache_root() / "results.sqlite"

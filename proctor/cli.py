@@ -29,6 +29,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Build the parser of `proctor` and all its subcommands."""
     from proctor.metrics.clusters import CLUSTER_COLUMNS
     from proctor.version import VERSION
 
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Evaluate a model on the task specs and write the run directory; the main process prints the scores."""
     from proctor.api import evaluate
     from proctor.backends.redact import redact_url
     from proctor.engine.distributed import DistributedContext
@@ -135,6 +137,7 @@ def _include(args: argparse.Namespace) -> None:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    """Print the table of task specs and suites (item counts from a data directory when one is given)."""
     from proctor.report import print_task_table
     from proctor.tasks.registry import task_rows
 
@@ -144,6 +147,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_prompts(args: argparse.Namespace) -> int:
+    """Write each task's requests.jsonl under --output without loading a model (at most a tokenizer)."""
     from proctor.options import RunOptions
     from proctor.outputs.owned import check_output_dir, staged_directory
     from proctor.outputs.requests_file import request_rows
@@ -166,7 +170,7 @@ def cmd_prompts(args: argparse.Namespace) -> int:
 
 
 def _chat_renderer(model: str, template_file: Optional[str]) -> Callable[[Any], str]:
-    """A chat request's prompt as `model`'s tokenizer renders it (its template, or the file's)."""
+    """Return a function rendering a chat request's prompt with `model`'s tokenizer (its template, or the file's)."""
     from proctor.backends.openai_api import load_tokenizer, tokenizer_source
     from proctor.engine.chat import ChatTemplate
     from proctor.engine.tokens import TokenizationPolicy
@@ -178,6 +182,7 @@ def _chat_renderer(model: str, template_file: Optional[str]) -> Callable[[Any], 
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """Check a data directory against the seed and print the report; exit code 1 when it finds errors."""
     from proctor.verify import format_report, verify
 
     data_dir = resolve_data_dir(args.data_dir)
@@ -187,6 +192,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """Print the item-by-item comparison of two run directories, and write it as JSON with --json."""
     from proctor.compare import compare_runs, comparison_json
     from proctor.outputs.owned import check_output_file, write_owned_file
     from proctor.outputs.run_dir import json_ready
@@ -204,6 +210,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """Write the HTML report of the given run directories."""
     from proctor.report.html import write_report
 
     write_report([Path(r) for r in args.runs], Path(args.output), cluster_by=args.cluster_by,
@@ -213,6 +220,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """Export a run's queries for Bergson and print the commands that come next."""
     import datasets
 
     from proctor.export.bergson import export_bergson
@@ -232,6 +240,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_attribution(args: argparse.Namespace) -> int:
+    """Join Bergson's scores of an export onto query_id as a Parquet table."""
     from proctor.export.attribution import join_scores
 
     out, rows = join_scores(Path(args.export), Path(args.scores), None if args.output is None else Path(args.output),
@@ -241,6 +250,7 @@ def cmd_attribution(args: argparse.Namespace) -> int:
 
 
 def cmd_factual(args: argparse.Namespace) -> int:
+    """Run a `proctor factual` subcommand."""
     from proctor.factual.cli import run_command
 
     return run_command(args)
@@ -252,6 +262,7 @@ COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command `argv` names and return its exit code (2 for a UserError, 130 when interrupted)."""
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)

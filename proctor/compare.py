@@ -58,6 +58,7 @@ class TaskComparison:
     cluster_by: Optional[str]          # the sidecar column documents were clustered by
 
     def to_dict(self) -> dict:
+        """Return the comparison as `--json` writes it (the intervals as lists)."""
         out = asdict(self)
         out["diff_ci95"], out["diff_ci95_bootstrap"] = list(self.diff_ci95), list(self.diff_ci95_bootstrap)
         return out
@@ -116,7 +117,7 @@ def _task_row(p: _Paired, cluster_by: Optional[str]) -> TaskComparison:
 
 def _suite_rows(run_a: RunRecord, run_b: RunRecord, joined: dict[str, _Paired],
                 cluster_by: Optional[str]) -> list[TaskComparison]:
-    """A row per requested suite headlined by a macro or micro mean over its leaf tasks."""
+    """Build a row per requested suite headlined by a macro or micro mean over its leaf tasks."""
     from proctor.tasks.registry import leaf_specs, suite
 
     rows = []
@@ -149,14 +150,17 @@ def _with_holm(rows: list[TaskComparison]) -> list[TaskComparison]:
 
 
 def compare_runs(dir_a: Path, dir_b: Path, cluster_by: Optional[str] = None) -> list[TaskComparison]:
-    """The comparison of every task both runs scored, then of every requested suite
-    (UserError when they share none, or when either is not a run directory this proctor
-    reads: `proctor.read_run`). `cluster_by`: a sidecar column (`CLUSTER_COLUMNS`)."""
+    """Return the comparison of every task both runs scored, then of every requested suite.
+
+    UserError when they share none, or when either is not a run directory this proctor
+    reads (`proctor.read_run`). `cluster_by`: a sidecar column (`CLUSTER_COLUMNS`).
+    """
     return compare_records(read_run(dir_a), read_run(dir_b), cluster_by, names=(str(dir_a), str(dir_b)))
 
 
 def compare_records(run_a: RunRecord, run_b: RunRecord, cluster_by: Optional[str] = None,
                     names: tuple[str, str] = ("A", "B")) -> list[TaskComparison]:
+    """Compare two runs already read, as `compare_runs` does; `names` name them in errors."""
     shared = [t for t in run_a.tasks if t in run_b.tasks]
     if not shared:
         raise UserError(f"{names[0]} and {names[1]} scored no task in common; run the same specs on both")

@@ -24,7 +24,7 @@ _BLOCK = 1 << 16
 
 
 def file_sha256(path: Path) -> str:
-    """The sha256 of the whole file at `path`, as 64 hex digits (read in 4 MiB blocks)."""
+    """Return the sha256 of the whole file at `path`, as 64 hex digits (read in 4 MiB blocks)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -49,7 +49,7 @@ def sampled_digest(path: Path) -> str:
 
 
 def directory_identity(directory: Path) -> str:
-    """A short hash over config, tokenizer files and sampled weight files of a model dir."""
+    """Return a short hash over config, tokenizer files and sampled weight files of a model dir."""
     try:
         return _directory_identity(directory)
     except OSError as e:
@@ -72,7 +72,7 @@ def _directory_identity(directory: Path) -> str:
 
 
 def tokenizer_digest(directory: Path) -> str:
-    """A short hash over the tokenizer files of a directory (UserError when it has none)."""
+    """Return a short hash over the tokenizer files of a directory (UserError when it has none)."""
     # vocab.txt was never part of this digest: adding it would change the identities in caches and records
     names = tuple(n for n in _TOKENIZER_FILES if n != "vocab.txt")
     parts = {n: file_sha256(directory / n) for n in names if (directory / n).is_file()}

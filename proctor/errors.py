@@ -10,7 +10,7 @@ class UserError(Exception):
 
 
 def check_positive_int(name: str, value: object) -> None:
-    """A user option that must be a positive integer (a bool is not one here)."""
+    """Raise a UserError unless user option `name` is a positive integer (a bool is not one here)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise UserError(f"{name} must be a positive integer, got {value!r}")
 

@@ -1,5 +1,7 @@
-"""Names that say which process made a thing, so a later run can tell what a dead process
-left behind (to remove) from what a live concurrent run is using (to keep).
+"""Names that say which process made a thing.
+
+With them a later run can tell what a dead process left behind (to remove) from what a
+live concurrent run is using (to keep).
 
 A tag is "<pid>-<start time>": the start time (clock ticks since boot, /proc/<pid>/stat)
 tells a reused pid apart from the process that made the thing.
@@ -12,7 +14,7 @@ from typing import Optional
 
 
 def start_time(pid: int) -> Optional[int]:
-    """The process's start time in clock ticks since boot (field 22 of /proc/pid/stat)."""
+    """Return the process's start time in clock ticks since boot (field 22 of /proc/pid/stat), or None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             return int(f.read().rpartition(")")[2].split()[19])
@@ -21,7 +23,7 @@ def start_time(pid: int) -> Optional[int]:
 
 
 def process_tag() -> str:
-    """This process's tag."""
+    """Return this process's tag."""
     pid = os.getpid()
     return f"{pid}-{start_time(pid)}"
 

@@ -1,5 +1,7 @@
-"""One option of a run, declared once: its default, its help, how its command-line flag reads
-text, and how a value given to `proctor.evaluate` is checked.
+"""One option of a run, declared once.
+
+A declaration gives its default, its help, how its command-line flag reads text, and how a
+value given to `proctor.evaluate` is checked.
 
 A declaration is a dataclass field made with `option(...)`; `proctor.options` turns those
 fields into the `proctor run` flags, the `evaluate` keywords and their checks, so the three
@@ -25,6 +27,7 @@ class Required:
     """The default of an option that has none (`tasks`)."""
 
     def __repr__(self) -> str:
+        """Show the missing default as `required` wherever it is printed."""
         return "required"
 
 
@@ -49,17 +52,17 @@ class Option:
 
 
 def option(default: Any, help: str, check: Check, **how: Any) -> Any:
-    """A dataclass field declaring a run option (see `Option`)."""
+    """Return a dataclass field declaring a run option (see `Option`)."""
     return field(default=default, metadata={"option": Option(help, check, **how)})
 
 
 def declared(f: Field) -> Optional[Option]:
-    """The option a dataclass field declares, if any."""
+    """Return the option a dataclass field declares, if any."""
     return f.metadata.get("option")
 
 
 def spec_of(f: Field) -> Option:
-    """The option a dataclass field declares (TypeError for a field that declares none)."""
+    """Return the option a dataclass field declares (TypeError for a field that declares none)."""
     spec = declared(f)
     if spec is None:
         raise TypeError(f"{f.name} is not a declared option")
@@ -67,7 +70,7 @@ def spec_of(f: Field) -> Option:
 
 
 def flag_of(name: str, spec: Option) -> str:
-    """The command-line flag of option `name`."""
+    """Return the command-line flag of option `name`."""
     return spec.flag or "--" + name.replace("_", "-")
 
 
@@ -84,42 +87,49 @@ def _is_int(value: Any) -> bool:
 
 
 def positive_int(name: str, value: Any) -> Optional[int]:
+    """Accept a whole number above 0, or None."""
     if value is None or (_is_int(value) and value > 0):
         return value
     raise UserError(f"{named(name)} must be a positive whole number, got {value!r}")
 
 
 def count(name: str, value: Any) -> Optional[int]:
+    """Accept a whole number >= 0, or None."""
     if value is None or (_is_int(value) and value >= 0):
         return value
     raise UserError(f"{named(name)} must be a whole number >= 0, got {value!r}")
 
 
 def seed_number(name: str, value: Any) -> int:
+    """Accept a seed: a whole number in [0, 2**63)."""
     if _is_int(value) and 0 <= value < 2**63:
         return value
     raise UserError(f"{named(name)} must be a whole number between 0 and 2**63 - 1, got {value!r}")
 
 
 def boolean(name: str, value: Any) -> bool:
+    """Accept True or False (not a truthy value of another type)."""
     if isinstance(value, bool):
         return value
     raise UserError(f"{name} must be True or False, got {value!r}")
 
 
 def maybe_flag(name: str, value: Any) -> Optional[bool]:
+    """Accept True, False or None."""
     if value is None or isinstance(value, bool):
         return value
     raise UserError(f"{name} must be True, False or None, got {value!r}")
 
 
 def some_text(name: str, value: Any) -> Optional[str]:
+    """Accept a non-empty string, or None."""
     if value is None or (isinstance(value, str) and value):
         return value
     raise UserError(f"{named(name)} must be a non-empty string, got {value!r}")
 
 
 def path(name: str, value: Any) -> Optional[str]:
+    """Accept a non-empty path (a string or os.PathLike), or None; return it as a string."""
     if value is None:
         return None
     if isinstance(value, (str, os.PathLike)) and os.fspath(value):
@@ -128,7 +138,7 @@ def path(name: str, value: Any) -> Optional[str]:
 
 
 def paths(name: str, value: Any) -> tuple[str, ...]:
-    """One path or a list of them."""
+    """Accept one path or a list of them; return them as a tuple of strings."""
     if isinstance(value, (str, os.PathLike)):
         value = [value]
     if isinstance(value, (list, tuple)) and all(isinstance(v, (str, os.PathLike)) and os.fspath(v)
@@ -139,6 +149,7 @@ def paths(name: str, value: Any) -> tuple[str, ...]:
 
 
 def one_of(*choices: Any) -> Check:
+    """Build the check of a string that must be one of `choices`."""
     def check(name: str, value: Any) -> Any:
         if isinstance(value, str) and value in choices:
             return value
@@ -147,6 +158,7 @@ def one_of(*choices: Any) -> Check:
 
 
 def fraction(name: str, value: Any) -> Optional[float]:
+    """Accept a number in (0, 1], or None; return it as a float."""
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1:
@@ -155,6 +167,7 @@ def fraction(name: str, value: Any) -> Optional[float]:
 
 
 def json_object(name: str, value: Any) -> Optional[dict]:
+    """Accept a mapping with string keys (a JSON object of request fields), or None; return a dict copy."""
     if value is None:
         return None
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
@@ -163,6 +176,7 @@ def json_object(name: str, value: Any) -> Optional[dict]:
 
 
 def anything(name: str, value: Any) -> Any:
+    """Accept any value unchanged."""
     return value
 
 
@@ -170,6 +184,7 @@ def anything(name: str, value: Any) -> Any:
 
 
 def whole_number(text: str) -> int:
+    """Parse a flag's text as a whole number."""
     try:
         return int(text)
     except ValueError:
@@ -177,6 +192,7 @@ def whole_number(text: str) -> int:
 
 
 def parse_positive_int(text: str) -> int:
+    """Parse a flag's text as a whole number above 0."""
     value = whole_number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value}")
@@ -184,6 +200,7 @@ def parse_positive_int(text: str) -> int:
 
 
 def parse_count(text: str) -> int:
+    """Parse a flag's text as a whole number >= 0."""
     value = whole_number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
@@ -191,6 +208,7 @@ def parse_count(text: str) -> int:
 
 
 def parse_seed(text: str) -> int:
+    """Parse a flag's text as a seed: a whole number in [0, 2**63)."""
     value = whole_number(text)
     if not 0 <= value < 2**63:
         raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {value}")
@@ -198,6 +216,7 @@ def parse_seed(text: str) -> int:
 
 
 def parse_fraction(text: str) -> float:
+    """Parse a flag's text as a finite number in (0, 1]."""
     try:
         value = float(text)
     except ValueError:
@@ -208,6 +227,7 @@ def parse_fraction(text: str) -> float:
 
 
 def parse_json_object(text: str) -> dict:
+    """Parse a flag's text as a JSON object."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -218,6 +238,7 @@ def parse_json_object(text: str) -> dict:
 
 
 def parse_batch_size(text: str) -> Any:
+    """Parse a flag's text as "auto" or a whole number above 0."""
     return "auto" if text == "auto" else parse_positive_int(text)
 
 

@@ -98,7 +98,7 @@ def _chat_template(name: str, value: Any) -> Union[bool, str]:
 
 
 def _think_tags(name: str, value: Any) -> Optional[tuple[str, str]]:
-    """False (off), True (<think>...</think>) or an (opening, closing) pair."""
+    """Accept False (off), True (<think>...</think>) or an (opening, closing) pair."""
     if value is False or value is None:
         return None
     if value is True:
@@ -210,8 +210,10 @@ class RunOptions:
 
     @classmethod
     def from_keywords(cls, keywords: Mapping[str, Any]) -> "RunOptions":
-        """The options `evaluate`'s keywords ask for, each checked (UserError naming the first bad one);
-        keywords are names of `evaluate_signature()` (`evaluate` binds them first)."""
+        """Build the options `evaluate`'s keywords ask for, each checked (UserError naming the first bad one).
+
+        The keywords are names of `evaluate_signature()` (`evaluate` binds them first).
+        """
         values = {f.name: spec_of(f).check(f.name, keywords[f.name]) for f in run_fields() if f.name in keywords}
         chosen = backend_options(values.get("backend", "hf"), {k: v for k, v in keywords.items()
                                                                 if k in backend_fields()})
@@ -229,7 +231,7 @@ RECORDED = ("tasks", "limit", "data_dir", "include", "labels")
 
 
 def run_fields() -> list[Field]:
-    """The run-level options (not a backend's), in declaration order."""
+    """Return the run-level options (not a backend's), in declaration order."""
     return [f for f in fields(RunOptions) if declared(f) is not None]
 
 
@@ -239,7 +241,7 @@ def all_fields() -> dict[str, Field]:
 
 
 def option_help(name: str) -> str:
-    """An option's help; a backend option's names the backends that take it."""
+    """Return an option's help; a backend option's names the backends that take it."""
     if name not in backend_fields():
         return spec_of(all_fields()[name]).help
     parts: dict[str, list[str]] = {}
@@ -250,7 +252,7 @@ def option_help(name: str) -> str:
 
 
 def cli_default(name: str) -> Any:
-    """The flag's default as argparse holds it (before `from_cli`)."""
+    """Return the flag's default as argparse holds it (before `from_cli`)."""
     f = all_fields()[name]
     return spec_of(f).cli.get("default", f.default)
 
@@ -260,9 +262,11 @@ RUN_FLAGS = tuple(name for name in all_fields() if not spec_of(all_fields()[name
 
 def add_flags(parser: argparse.ArgumentParser, names: Sequence[str] = RUN_FLAGS, *,
               help: Optional[Mapping[str, str]] = None, required: Sequence[str] = ()) -> None:
-    """The flags of the options `names` (each with `dest` its keyword's name), as declared;
+    """Add the flags of the options `names` to `parser` (each with `dest` its keyword's name), as declared.
+
     `help` replaces an option's help where a command uses it in a narrower sense, and
-    `required` makes options required that a run may leave out."""
+    `required` makes options required that a run may leave out.
+    """
     declared_fields = all_fields()
     for name in names:
         spec = spec_of(declared_fields[name])
@@ -282,7 +286,7 @@ def add_flags(parser: argparse.ArgumentParser, names: Sequence[str] = RUN_FLAGS,
 
 
 def keywords_of(args: argparse.Namespace, names: Sequence[str] = RUN_FLAGS) -> dict[str, Any]:
-    """The `evaluate` keywords that parsed flags stand for."""
+    """Return the `evaluate` keywords that parsed flags stand for."""
     declared_fields = all_fields()
     out = {}
     for name in names:
@@ -293,8 +297,10 @@ def keywords_of(args: argparse.Namespace, names: Sequence[str] = RUN_FLAGS) -> d
 
 
 def evaluate_signature() -> inspect.Signature:
-    """`proctor.evaluate(model=..., *, tasks, ...)`: every declared option as a keyword (the
-    API-only ones last)."""
+    """Build the signature `proctor.evaluate(model=..., *, tasks, ...)`: every declared option as a keyword.
+
+    The API-only ones come last.
+    """
     params = []
     for name, f in sorted(all_fields().items(), key=lambda item: spec_of(item[1]).api_only):
         default = inspect.Parameter.empty if f.default is REQUIRED else f.default

@@ -36,9 +36,11 @@ class TaskRun:
 
     @property
     def config(self) -> TaskConfig:
+        """The task's config."""
         return self.task.config
 
     def requests(self) -> list[Request]:
+        """Return every request of the task's instances, the unconditioned ones included."""
         return [r for inst in self.instances for r in (*inst.requests, *inst.uncond_requests)]
 
 
@@ -53,6 +55,8 @@ class SpecPlan:
 
 @dataclass
 class Plan:
+    """A run's plan: the specs as requested and every leaf task with the instances it built."""
+
     specs: list[SpecPlan]
     tasks: dict[str, TaskRun]   # leaf task name -> run, in first-seen order
     limit: Optional[int] = None
@@ -86,7 +90,7 @@ class PromptOptions:
     think_tags: Optional[tuple[str, str]] = None    # --think-tags: generation tasks only
 
     def apply(self, task: Task) -> Task:
-        """The task with these options in its config (a task of a chat variant keeps its own)."""
+        """Return the task with these options in its config (a task of a chat variant keeps its own)."""
         config = task.config
         changes: dict = {}
         if self.chat and config.chat is None and task.kind != "perplexity":  # a document has no prompt
@@ -111,8 +115,10 @@ class PromptOptions:
 
 
 def prompt_layout(options: RunOptions) -> PromptOptions:
-    """The prompt layout a run's options ask for. lm-eval's rules: few-shot as multiturn by
-    default with a chat template, refused without one."""
+    """Return the prompt layout a run's options ask for.
+
+    lm-eval's rules: few-shot as multiturn by default with a chat template, refused without one.
+    """
     chat = options.chat_template is not False
     if options.fewshot_as_multiturn and not chat:
         raise UserError("fewshot_as_multiturn needs a chat template (--chat-template), as in lm-eval")
@@ -144,6 +150,7 @@ def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],
 
 
 def duplicate_native_id_warnings(run: TaskRun) -> list[str]:
+    """Return a warning when documents of the task share a native_id (their query_ids then differ by doc_id)."""
     counts = Counter(inst.native_id for inst in run.instances)
     repeated = sum(c - 1 for c in counts.values() if c > 1)
     if not repeated:
@@ -155,8 +162,10 @@ def duplicate_native_id_warnings(run: TaskRun) -> list[str]:
 
 
 def truncation_warnings(run: TaskRun, truncated: Mapping[str, int], max_length: int) -> list[str]:
-    """A warning when left truncation to `max_length` cut any document's prompt: its score is
-    then not the protocol's."""
+    """Return a warning when left truncation to `max_length` cut any document's prompt.
+
+    Such a document's score is then not the protocol's.
+    """
     cut = [max((truncated.get(r.key, 0) for r in (*i.requests, *i.uncond_requests)), default=0)
            for i in run.instances]
     hit = sum(1 for c in cut if c)
@@ -169,6 +178,8 @@ def truncation_warnings(run: TaskRun, truncated: Mapping[str, int], max_length: 
 
 @dataclass(frozen=True)
 class ScoredPlan:
+    """What `score` gives: each leaf task's record and its primary metric's statistics."""
+
     tasks: dict[str, TaskRecord]       # leaf task name -> its record
     primary: dict[str, Stat]           # leaf task name -> its primary metric's statistics
 
@@ -199,8 +210,12 @@ def score(evaluation: Plan, engine: Engine) -> ScoredPlan:
 
 
 def with_sample_error(task: TaskRecord) -> TaskRecord:
-    """pass@1 over n samples per question: beside its error over questions (a question's
-    samples are one cluster) the naive one, as if every sample were independent."""
+    """Return the record with a naive standard error beside the clustered one of a per-sample pass@1.
+
+    For pass@1 over n samples per question, the error over questions (a question's samples are
+    one cluster) stays, and the naive one, as if every sample were independent, goes beside it.
+    Other tasks come back unchanged.
+    """
     error = task_error(task) if per_sample(task) else None
     if error is None:
         return task
@@ -209,21 +224,27 @@ def with_sample_error(task: TaskRecord) -> TaskRecord:
 
 
 def primary_scores(evaluation: Plan, scored: ScoredPlan) -> dict[str, SpecScore]:
-    """The headline entry of each spec the user asked for: a task's primary metric; a suite's
-    declared primary aggregation as `score`, its other aggregations and members beside it."""
+    """Return the headline entry of each spec the user asked for.
+
+    A task's is its primary metric; a suite's is its declared primary aggregation as `score`,
+    its other aggregations and members beside it.
+    """
     results = {name: TaskResult.of(run.config, scored.primary[name]) for name, run in evaluation.tasks.items()}
     return {sp.spec: SpecScore.from_dict(spec_entry(scored_as(sp.spec), results)) for sp in evaluation.specs}
 
 
 def scored_as(spec: str) -> str:
-    """The spec whose entry a requested spec reports: an lm-eval task name its proctor spec's."""
+    """Return the spec whose entry a requested spec reports: an lm-eval task name its proctor spec's."""
     alias = alias_of(spec)
     return spec if alias is None else alias.spec
 
 
 def conflicting_settings(spec: str, config: TaskConfig, earlier_spec: str, earlier: TaskConfig) -> UserError:
-    """Two specs of one run that run a task with different settings (lm-eval's 0-shot
-    `hellaswag` beside the 10-shot `hellaswag::leaderboard`): their results would share a name."""
+    """Build the error for two specs of one run that run a task with different settings.
+
+    For example lm-eval's 0-shot `hellaswag` beside the 10-shot `hellaswag::leaderboard`:
+    their results would share a name.
+    """
     how = (f"{config.num_shots}-shot, {earlier_spec!r} {earlier.num_shots}-shot"
            if config.num_shots != earlier.num_shots else f"with other settings than {earlier_spec!r} does")
     return UserError(f"{spec!r} runs {config.name} {how}: their results would share one name; "

@@ -28,13 +28,16 @@ class Message:
     content: str
 
     def to_dict(self) -> dict:
+        """Return the turn as a chat-template / OpenAI message: `{role, content}`."""
         return {"role": self.role, "content": self.content}
 
 
 @dataclass(frozen=True)
 class Chat:
-    """A prompt as chat messages; the tokenization policy renders it with the model's chat
-    template (`proctor.engine.chat`), and OpenAI-compatible servers get the messages.
+    """A prompt as chat messages.
+
+    The tokenization policy renders it with the model's chat template (`proctor.engine.chat`),
+    and OpenAI-compatible servers get the messages.
 
     Rendered as `apply_chat_template(messages, add_generation_prompt=not continue_final,
     continue_final_message=continue_final)` followed by `suffix`.
@@ -48,12 +51,14 @@ class Chat:
     suffix: str = ""
 
     def __post_init__(self) -> None:
+        """Refuse messages that are not a non-empty tuple, and continue_final without an assistant message last."""
         if not isinstance(self.messages, tuple) or not self.messages:
             raise TypeError("Chat.messages must be a non-empty tuple of Message (requests are hashable)")
         if self.continue_final and self.messages[-1].role != "assistant":
             raise ValueError("Chat.continue_final needs an assistant message last")
 
     def to_dict(self) -> dict:
+        """Return the chat as JSON: its messages, with continue_final and suffix only when set."""
         out: dict = {"messages": [m.to_dict() for m in self.messages]}
         if self.continue_final:
             out["continue_final"] = True
@@ -94,15 +99,18 @@ class Loglikelihood:
     kind: ClassVar[str] = "loglikelihood"
 
     def __post_init__(self) -> None:
+        """Refuse an unknown tokenization policy."""
         _check_policy(self.policy)
 
     @property
     def key(self) -> str:
+        """The request's identity: a sha256 of its fields."""
         # the fields a plain OLMES request always had, so earlier caches stay valid
         extra = [] if self.policy == "olmes" else [self.policy]
         return _hash([self.kind, _context_json(self.context), self.continuation, *extra])
 
     def to_dict(self) -> dict:
+        """Return the request's fields as JSON (`policy` only when it is not "olmes")."""
         out = {"request_type": self.kind, "context": _context_json(self.context),
                "continuation": self.continuation}
         if self.policy != "olmes":
@@ -125,10 +133,12 @@ class RollingLoglikelihood:
 
     @property
     def key(self) -> str:
+        """The request's identity: a sha256 of its kind and text."""
         payload = json.dumps([self.kind, self.text], ensure_ascii=False)
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     def to_dict(self) -> dict:
+        """Return the request's fields as JSON."""
         return {"request_type": self.kind, "text": self.text}
 
 
@@ -165,15 +175,18 @@ class Generate:
     kind: ClassVar[str] = "generate"
 
     def __post_init__(self) -> None:
+        """Refuse a `stop` that is not a tuple, an unknown policy and a bad `max_prompt_tokens`."""
         if not isinstance(self.stop, tuple):
             raise TypeError("Generate.stop must be a tuple of strings (requests are hashable)")
         _check_prompt(self.policy, self.max_prompt_tokens)
 
     @property
     def key(self) -> str:
+        """The request's identity: a sha256 of its fields."""
         return _hash([self.kind, *self.to_dict().values()])
 
     def to_dict(self) -> dict:
+        """Return the request's fields as JSON (`policy` and `max_prompt_tokens` only when not the default)."""
         out = {
             "request_type": self.kind,
             "context": _context_json(self.context),
@@ -201,7 +214,7 @@ class Generation:
 
 
 def finished_samples(samples: Sequence[Optional[Generation]]) -> Optional[tuple[Generation, ...]]:
-    """A request's samples once every one has finished (none is None), else None."""
+    """Return a request's samples once every one has finished (none is None), else None."""
     done = tuple(g for g in samples if g is not None)
     return done if len(done) == len(samples) else None
 
@@ -229,9 +242,10 @@ HIDDEN_DTYPES: tuple[str, ...] = ("float16", "float32")
 
 @dataclass(frozen=True)
 class HiddenStates:
-    """The residual stream at the last token of `context`: the output of each decoder block
-    in `layers` (0-based; block l's output is transformers' `hidden_states[l + 1]`), stored
-    as `dtype`.
+    """The residual stream at the last token of `context`, stored as `dtype`.
+
+    It holds the output of each decoder block in `layers` (0-based; block l's output is
+    transformers' `hidden_states[l + 1]`).
 
     The context is tokenized as a generation context is (the model has read the prompt and
     is about to answer) and left-truncated to `max_prompt_tokens`, else to the window.
@@ -247,6 +261,7 @@ class HiddenStates:
     kind: ClassVar[str] = "hidden_states"
 
     def __post_init__(self) -> None:
+        """Refuse bad layers, position, dtype, policy or `max_prompt_tokens`."""
         if not isinstance(self.layers, tuple) or not self.layers:
             raise TypeError("HiddenStates.layers must be a non-empty tuple of block indices")
         if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in self.layers):
@@ -259,9 +274,11 @@ class HiddenStates:
 
     @property
     def key(self) -> str:
+        """The request's identity: a sha256 of its fields."""
         return _hash([self.kind, *self.to_dict().values()])
 
     def to_dict(self) -> dict:
+        """Return the request's fields as JSON."""
         return {"request_type": self.kind, "context": _context_json(self.context), "layers": list(self.layers),
                 "position": self.position, "max_prompt_tokens": self.max_prompt_tokens, "dtype": self.dtype,
                 "policy": self.policy}

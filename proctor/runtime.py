@@ -1,5 +1,6 @@
-"""The runtime session of a run: ranks, backend, result cache, chat template and engine, opened
-together and closed together.
+"""The runtime session of a run, opened together and closed together.
+
+It holds the ranks, backend, result cache, chat template and engine.
 
 `open_runtime` is how every command that runs a model gets its engine — `evaluate`, the
 factual probe and the benchmarks alike — so the checks before the model loads, the order in
@@ -38,6 +39,7 @@ class ModelArg:
 
     @classmethod
     def of(cls, model: Any, backend: str) -> "ModelArg":
+        """Sort out `model`: a path or id to load, a transformers model object, or a ready proctor Backend."""
         from proctor.backends.loaded import is_transformers_model
 
         if isinstance(model, (str, os.PathLike)):
@@ -69,6 +71,7 @@ class Runtime:
 
     @property
     def template(self) -> Optional[ChatTemplate]:
+        """The chat template the engine renders chats with (None when the run has no chats)."""
         return self.engine.policy.chat_template
 
     @property
@@ -77,11 +80,12 @@ class Runtime:
         return self.options.backend if self.model.backend is None else type(self.model.backend).__name__
 
     def backend_config(self) -> dict[str, Any]:
-        """The backend's own settings for metrics.json's model_config."""
+        """Return the backend's own settings for metrics.json's model_config."""
         record = backend_record(self.backend, self.options.backend_options)
         return {k: v for k, v in record.items() if k != "backend"}
 
     def cache_warnings(self) -> list[str]:
+        """Return the result cache's warning when cached rows failed their checksum (none without a cache)."""
         return [] if self.cache is None else self.cache.tampered_warning()
 
 
@@ -94,9 +98,11 @@ class Checked:
 
 
 def check_runtime(model: ModelArg, options: RunOptions) -> Checked:
-    """Everything about the model that can be checked before any data or model work: where it is
-    and what it holds (unless the caller holds it: it is resolved here, once per run); and the
-    result cache, opened here and used by the runtime."""
+    """Check everything about the model that can be checked before any data or model work.
+
+    That is where it is and what it holds (unless the caller holds it: it is resolved here,
+    once per run), and the result cache, opened here and used by the runtime.
+    """
     if model.location is not None:
         model = replace(model, source=options.backend_options.locate(model.location))
     return Checked(model, ResultCache(results_path()) if options.cache else None)
@@ -105,12 +111,14 @@ def check_runtime(model: ModelArg, options: RunOptions) -> Checked:
 @contextmanager
 def open_runtime(checked: Checked, options: RunOptions, *, tokenizer: Any = None, chats: bool,
                  olmes_window: bool = False) -> Iterator[Runtime]:
-    """Join the ranks, load the backend (in turn, see `DistributedContext.in_turn`), resolve the
-    chat template (when `chats`: some prompt is a chat) and build the engine on the checked cache.
+    """Join the ranks, load the backend, resolve the chat template and build the engine.
 
+    The ranks load the backend in turn (see `DistributedContext.in_turn`); the chat template
+    is resolved when `chats` (some prompt is a chat); the engine uses the checked cache.
     `olmes_window`: OLMES specs keep OLMES's window (2048) inside a longer model context unless
     `--max-length` says otherwise. The ranks leave the process group, and the cache is closed,
-    on the way out."""
+    on the way out.
+    """
     ranks = DistributedContext.from_env()
     started = time.perf_counter()
     warnings: list[str] = []

@@ -33,17 +33,19 @@ class TaskResult:
 
     @classmethod
     def of(cls, config: TaskConfig, stat: Stat) -> "TaskResult":
+        """Build a task's result from its config and its primary metric's statistics."""
         subject = config.subject if config.dataset_path == mmlu.DATASET else None
         return cls(config.primary_metric, stat, subject)
 
 
 def task_entry(result: TaskResult) -> dict:
+    """Return a task's entry: its primary metric's name, mean, stderr and document count."""
     return {"metric": result.metric, "score": result.stat.mean, "stderr": result.stat.stderr,
             "num_instances": result.stat.count}
 
 
 def _pick(entry: dict, aggregation: str) -> dict:
-    """A suite entry headlined by another of its aggregations."""
+    """Return a suite entry headlined by another of its aggregations."""
     if aggregation not in entry:
         raise ValueError(f"no {aggregation!r} among the aggregations of {sorted(entry)}")
     return {**entry, "aggregation": aggregation, "score": entry[aggregation],
@@ -51,9 +53,11 @@ def _pick(entry: dict, aggregation: str) -> dict:
 
 
 def best_of_mc_rc(members: Mapping[str, dict]) -> tuple[Optional[float], Optional[float]]:
-    """OLMES's `mc_or_rc` (allenai/olmes oe_eval/tasks/aggregate_tasks.py,
-    `calculate_task_group_metrics`): the larger of the members' scores, in member order
-    [MC, RC] with a strict `>`, so a tie goes to MC; with it, that member's stderr."""
+    """Return OLMES's `mc_or_rc`: the larger of the members' scores, with that member's stderr.
+
+    As in allenai/olmes oe_eval/tasks/aggregate_tasks.py (`calculate_task_group_metrics`),
+    members are compared in member order [MC, RC] with a strict `>`, so a tie goes to MC.
+    """
     best: Optional[dict] = None
     for entry in members.values():
         if entry["score"] is not None and (best is None or entry["score"] > best["score"]):
@@ -62,7 +66,7 @@ def best_of_mc_rc(members: Mapping[str, dict]) -> tuple[Optional[float], Optiona
 
 
 def suite_entry(s: Suite, results: Mapping[str, TaskResult]) -> dict:
-    """A suite's aggregations, headline score and members (each scored as the suite says)."""
+    """Return a suite's aggregations, headline score and members (each scored as the suite says)."""
     leaves = [results[name] for name in leaf_specs(s.name)]
     metrics = {r.metric for r in leaves}
     out: dict = {"metric": metrics.pop() if len(metrics) == 1 else "mixed", "aggregation": s.primary}
@@ -100,6 +104,6 @@ def suite_entry(s: Suite, results: Mapping[str, TaskResult]) -> dict:
 
 
 def spec_entry(spec: str, results: Mapping[str, TaskResult]) -> dict:
-    """The headline entry of a task or suite spec (as `primary_scores` in metrics.json)."""
+    """Return the headline entry of a task or suite spec (as `primary_scores` in metrics.json)."""
     s = suite(spec)
     return task_entry(results[spec]) if s is None else suite_entry(s, results)

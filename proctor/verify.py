@@ -51,17 +51,22 @@ SEED_DUPLICATES = {"socialiqa:mc::xlarge": 167}
 
 @dataclass(frozen=True)
 class Check:
+    """One comparison of a documented value with the one the data gives."""
+
     name: str
     expected: Union[int, str]
     actual: Union[int, str]
 
     @property
     def ok(self) -> bool:
+        """Whether the data gives the documented value."""
         return self.expected == self.actual
 
 
 @dataclass
 class VerifyReport:
+    """Every check made, with the errors (failed checks among them) and warnings found."""
+
     checks: list[Check] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -69,9 +74,11 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """Whether verification found no errors."""
         return not self.errors
 
     def check(self, name: str, expected: Union[int, str], actual: Union[int, str]) -> None:
+        """Record a check, and an error when `actual` is not `expected`."""
         c = Check(name, expected, actual)
         self.checks.append(c)
         if not c.ok:
@@ -83,6 +90,7 @@ def _instances(spec: str, data_dir: Optional[Path]) -> dict[str, Sequence[Work]]
 
 
 def verify(data_dir: Optional[Path]) -> VerifyReport:
+    """Check the data behind the seed's four specs against its documented tables."""
     report = VerifyReport()
     for spec, expected in BENCHMARK_COUNTS.items():
         by_task = _instances(spec, data_dir)
@@ -120,6 +128,7 @@ def verify(data_dir: Optional[Path]) -> VerifyReport:
 
 
 def format_report(report: VerifyReport) -> str:
+    """Render the report as text: one line per check, the reasoning types, warnings, errors and totals."""
     lines = []
     for c in report.checks:
         lines.append(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.actual}"

@@ -29,8 +29,10 @@ KV = tuple[torch.Tensor, torch.Tensor]
 
 def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(output [B, kv, Q, d], log-sum-exp [B, kv, Q]) of queries [B, kv, Q, d] against the first
-    lengths[b] keys of each batch row b of k, v [B, kv, L, d]."""
+    """Attend queries [B, kv, Q, d] to the first lengths[b] keys of each batch row b of k, v [B, kv, L, d].
+
+    Returns (output [B, kv, Q, d], log-sum-exp [B, kv, Q]).
+    """
     scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
     past = torch.arange(k.shape[-2], device=k.device)[None, :] >= lengths[:, None]
     # finite, so a row with no keys (an unused slot) gives garbage rather than NaN
@@ -40,8 +42,7 @@ def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: to
 
 
 class SlotCache:
-    """Per layer: the prompt slots' suffix keys/values (more slots added on demand) and the
-    sample slots' own."""
+    """Per-layer key/value slots: prompt suffixes (more slots added on demand) and samples' own tokens."""
 
     def __init__(self, prompt_length: int, sample_length: int):
         self.prompt_length = prompt_length   # the longest suffix a prompt slot holds
@@ -66,8 +67,10 @@ class SlotCache:
         values[slot, :, :n] = value
 
     def write_sample(self, layer: int, at: torch.Tensor, key: torch.Tensor, value: torch.Tensor, width: int) -> KV:
-        """Store each slot's new key/value [slots, kv, d] at its position `at`; views of the first
-        `width` positions of every slot."""
+        """Store each slot's new key/value [slots, kv, d] at its position `at`.
+
+        Returns views of the first `width` positions of every slot.
+        """
         if layer == len(self.sample):
             # full length at once: memory is slots x sample_length whatever the samples do
             s, kv, d = key.shape
@@ -94,6 +97,7 @@ class Prefill:
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
                scale: float) -> torch.Tensor:
+        """Store each packed suffix's keys/values in its prompt slot, then attend as packed scoring."""
         for slot, (a, b) in zip(self.slots, self.layout.bounds):
             self.cache.write_prompt(layer, slot, key[0, :, a:b], value[0, :, a:b])
         return attend_packed(query, key, value, self.layout, layer, scale)
@@ -124,6 +128,7 @@ class DecodeStep:
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
                scale: float) -> torch.Tensor:
+        """Write each slot's new key/value, then attend to own tokens, prompt suffix and shared prefix, merged."""
         s, h, _, d = query.shape
         kv = key.shape[1]
         g = h // kv

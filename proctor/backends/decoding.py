@@ -60,8 +60,10 @@ def sample_token(logits: torch.Tensor, temperature: float, top_p: float, generat
 
 
 def eos_token_ids(tokenizer: Any, configured: Any) -> frozenset[int]:
-    """The model's end tokens: the tokenizer's EOS and the generation config's `eos_token_id`
-    (`configured`: an int, a list of them, or None)."""
+    """Return the model's end tokens: the tokenizer's EOS and the generation config's `eos_token_id`.
+
+    `configured` is an int, a list of them, or None.
+    """
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
@@ -78,6 +80,7 @@ def model_eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
 
 
 def row_generator(seed: int, device: torch.device) -> torch.Generator:
+    """Return a generator on `device` seeded with `seed`, for one sample row's draws."""
     return torch.Generator(device=device).manual_seed(seed)
 
 
@@ -99,7 +102,9 @@ def stop_window(stops: Sequence[str]) -> int:
 class TextDecoder(Protocol):
     """The slice of a tokenizer `StopWatch` needs."""
 
-    def decode(self, tokens: list[int], skip_special_tokens: bool = ...) -> str: ...
+    def decode(self, tokens: list[int], skip_special_tokens: bool = ...) -> str:
+        """Return the text of `tokens`."""
+        ...
 
 
 class StopWatch:
@@ -127,8 +132,11 @@ class StopWatch:
         return None
 
     def text(self, tokens: list[int]) -> str:
-        """The generation's text as lm-eval returns it: special tokens dropped, cut before the
-        first stop; an ending EOS token is dropped even when the tokenizer does not call it special."""
+        """Return the generation's text as lm-eval returns it.
+
+        Special tokens are dropped and the text is cut before the first stop; an ending EOS token
+        is dropped even when the tokenizer does not call it special.
+        """
         if tokens and tokens[-1] in self.eos_ids:
             tokens = tokens[:-1]
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)

@@ -51,6 +51,7 @@ T = TypeVar("T")
 
 
 def resolve_device(device: Optional[str]) -> torch.device:
+    """Return the torch device `--device` names (None: CUDA when available, else CPU), or a UserError."""
     if device is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -67,6 +68,7 @@ def resolve_device(device: Optional[str]) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """Return the torch dtype `--dtype` names; "auto" is bfloat16 on CUDA that supports it, else float32."""
     if dtype == "auto":
         # bf16 matmuls on CPU are 10-100x slower than fp32 here
         if device.type == "cuda" and torch.cuda.is_bf16_supported():
@@ -78,7 +80,7 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
 
 
 def position_limit(config: Any) -> Optional[int]:
-    """The longest input the model was built for (learned or rotary positions), if its config says."""
+    """Return the longest input the model was built for (learned or rotary positions), if its config says."""
     config = config.get_text_config() if hasattr(config, "get_text_config") else config
     for name in ("n_positions", "max_position_embeddings", "n_ctx"):
         value = getattr(config, name, None)
@@ -88,9 +90,11 @@ def position_limit(config: Any) -> Optional[int]:
 
 
 def model_context_length(config: Any, tokenizer: Any) -> int:
-    """lm-eval 0.4.13's default max_length (`resolve_max_length`, lm_eval/models/utils.py): the
-    config's positions (its text config first), else the tokenizer's model_max_length unless
-    unset, else 2048."""
+    """Return lm-eval 0.4.13's default max_length (`resolve_max_length`, lm_eval/models/utils.py).
+
+    That is the config's positions (its text config first), else the tokenizer's
+    model_max_length unless unset, else 2048.
+    """
     found = position_limit(config)
     if found is not None:
         return found
@@ -101,8 +105,10 @@ def model_context_length(config: Any, tokenizer: Any) -> int:
 
 
 class HFBackend:
-    """Scores engine rows with a transformers causal LM; `max_length` None: the model's
-    context length (`model_context_length`)."""
+    """Scores engine rows with a transformers causal LM.
+
+    `max_length` None means the model's context length (`model_context_length`).
+    """
 
     def __init__(self, model: Any, tokenizer: Any, *, identity: str, max_length: Optional[int] = DEFAULT_MAX_LENGTH):
         if max_length is None:
@@ -141,11 +147,12 @@ class HFBackend:
 
     @property
     def fingerprint(self) -> str:
+        """Identity, dtype, device type and max length: what makes this backend's scores what they are."""
         dtype = str(self.dtype).removeprefix("torch.")
         return f"{self.identity}|dtype={dtype}|device={self.device.type}|max_length={self.max_length}"
 
     def config_record(self) -> dict[str, Any]:
-        """Settings metrics.json records beyond the common ones (transformers has none)."""
+        """Return the settings metrics.json records beyond the common ones (transformers has none)."""
         return {}
 
     def token_budget(self) -> int:
@@ -270,15 +277,17 @@ class HFBackend:
         return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
 
     def decoder_shape(self) -> tuple[int, int]:
-        """(decoder blocks, hidden size): the blocks HiddenStates requests may read."""
+        """Return (decoder blocks, hidden size): the blocks HiddenStates requests may read."""
         config = self.model.config
         config = config.get_text_config() if hasattr(config, "get_text_config") else config
         return int(config.num_hidden_layers), int(config.hidden_size)
 
     def hidden_states(self, rows: Sequence[tuple[int, ...]], layers: Sequence[int], dtype: str) -> np.ndarray:
-        """[rows, len(layers), hidden size] of `dtype`: block l's output (`hidden_states[l + 1]`)
-        at each row's last token, from one left-padded forward of the decoder stack (no LM
-        head, so no [batch, length, vocab] logits). Out of memory raises BatchTooLarge."""
+        """Return block l's output (`hidden_states[l + 1]`) at each row's last token, [rows, len(layers), hidden].
+
+        The array is of `dtype`, from one left-padded forward of the decoder stack (no LM
+        head, so no [batch, length, vocab] logits). Out of memory raises BatchTooLarge.
+        """
         return self._fitting(lambda: self._hidden_states(rows, layers, dtype),
                              lambda: f"{len(rows)} rows of up to {max(len(r) for r in rows)} tokens")
 
@@ -313,8 +322,11 @@ class HFBackend:
                              lambda: f"{slots} generation slots")
 
     def _fitting(self, work: Callable[[], T], what: Callable[[], str]) -> T:
-        """`work()`, with running out of memory raised as BatchTooLarge(what()) so the engine
-        can split the work (raised after the failed call's tensors are freed)."""
+        """Return `work()`, with running out of memory raised as BatchTooLarge(what()).
+
+        The engine can then split the work; the error is raised after the failed call's
+        tensors are freed.
+        """
         try:
             return work()
         except RuntimeError as e:  # torch.OutOfMemoryError is a RuntimeError too
@@ -370,8 +382,10 @@ def load_backend(
     model: Union[str, ModelSource], *, device: Optional[str] = None, dtype: str = "auto",
     max_length: Optional[int] = DEFAULT_MAX_LENGTH,
 ) -> HFBackend:
-    """Load `model` (hub id, local dir, .gguf file, or alias like `smollm2-135m`, or the source a run
-    resolved); `max_length` None: the model's context length."""
+    """Load `model`: a hub id, local dir, .gguf file, alias like `smollm2-135m`, or the source a run resolved.
+
+    `max_length` None means the model's context length.
+    """
     if max_length is not None and max_length < 1:
         raise UserError(f"max length must be a positive integer, got {max_length}")
     source = as_source(model)

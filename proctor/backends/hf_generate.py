@@ -134,6 +134,7 @@ class ContinuousBatch:
 
     @torch.inference_mode()
     def run(self) -> list[tuple[Generation, ...]]:
+        """Fill free slots and decode step by step until every sample has ended; return each row's samples."""
         while True:
             self._fill()
             live = [b for b, s in enumerate(self.slots) if s is not None]

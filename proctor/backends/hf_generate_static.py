@@ -1,5 +1,7 @@
-"""Static batches over a transformers causal LM's own key/value cache: for models whose
-attention proctor's packed attention cannot replace (`hf_generate.py` is the fast path).
+"""Static batches over a transformers causal LM's own key/value cache.
+
+For models whose attention proctor's packed attention cannot replace (`hf_generate.py`
+is the fast path).
 
 Batches of at most `slots` samples, a row's samples cut into consecutive batches where
 they do not fit. Each sample row has its own generator (see `decoding.py`). A batch is
@@ -127,7 +129,7 @@ def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device,
 
 
 def _choose(logits: torch.Tensor, live: Sequence[_Sample], rows: Sequence[GenRow]) -> list[int]:
-    """The next token of every live sample row: argmax, or a draw with the row's own generator."""
+    """Choose the next token of every live sample row: argmax, or a draw with the row's own generator."""
     chosen = greedy_tokens(logits).tolist()
     for b, s in enumerate(live):
         row = rows[s.row]

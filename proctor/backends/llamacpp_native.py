@@ -27,7 +27,7 @@ _PIECE = 128     # bytes of the first detokenize buffer; grown on demand
 
 
 def import_llama_cpp() -> Any:
-    """The llama_cpp module, or a UserError naming the optional extra that installs it."""
+    """Import and return the llama_cpp module, or raise a UserError naming the optional extra that installs it."""
     try:
         import llama_cpp
     except ImportError as e:
@@ -61,7 +61,7 @@ _LOG: Optional[_Log] = None
 
 
 def check_gguf(path: str) -> None:
-    """A UserError unless `path` starts with the GGUF magic bytes (llama.cpp would only say 'failed')."""
+    """Raise a UserError unless `path` starts with the GGUF magic bytes (llama.cpp would only say 'failed')."""
     with open(path, "rb") as f:
         head = f.read(len(GGUF_MAGIC))
     if head != GGUF_MAGIC:
@@ -107,6 +107,7 @@ class NativeModel:
         self._cached: tuple[int, ...] = ()   # tokens whose keys/values are in the cache
 
     def close(self) -> None:
+        """Free the batch, context and model now rather than when the object is collected."""
         self._finalizer()
 
     # -- tokens <-> text
@@ -116,16 +117,18 @@ class NativeModel:
         return None if token < 0 else int(token)
 
     def special_tokens(self) -> dict[str, Optional[int]]:
+        """Return the vocabulary's "bos", "eos" and "eot" token ids (None where it has none)."""
         lib, vocab = self.lib, self.vocab
         return {"bos": self.token_id(lib.llama_vocab_bos(vocab)), "eos": self.token_id(lib.llama_vocab_eos(vocab)),
                 "eot": self.token_id(lib.llama_vocab_eot(vocab))}
 
     def chat_template(self) -> Optional[str]:
-        """The GGUF's `tokenizer.chat_template` (None when it ships none)."""
+        """Return the GGUF's `tokenizer.chat_template` (None when it ships none)."""
         raw = self.lib.llama_model_chat_template(self.model, None)
         return raw.decode("utf-8", errors="replace") if raw else None
 
     def adds_bos(self) -> bool:
+        """Return whether the vocabulary asks for BOS at the start of tokenized text."""
         return bool(self.lib.llama_vocab_get_add_bos(self.vocab))
 
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
@@ -140,7 +143,7 @@ class NativeModel:
             size = -n
 
     def detokenize(self, tokens: Sequence[int], *, special: bool) -> str:
-        """The text of `tokens`; `special`: render control tokens (else they are dropped)."""
+        """Return the text of `tokens`; `special`: render control tokens (else they are dropped)."""
         if not tokens:
             return ""
         ids = (self.lib.llama_token * len(tokens))(*tokens)
@@ -191,7 +194,7 @@ class NativeModel:
                 yield begin + i, np.ctypeslib.as_array(pointer, shape=(self.n_vocab,))
 
     def next_logits(self, tokens: Sequence[int]) -> np.ndarray:
-        """A copy of the logits after the last of `tokens`."""
+        """Return a copy of the logits after the last of `tokens`."""
         ((_, logits),) = list(self.decode(tokens, [len(tokens) - 1]))
         return logits.copy()
 

@@ -20,6 +20,7 @@ MAX_HASHED_BYTES = 8 * 2**30
 
 
 def is_transformers_model(model: Any) -> bool:
+    """Return whether `model` is a transformers PreTrainedModel (False when transformers is not installed)."""
     try:
         from transformers import PreTrainedModel
     except ImportError:
@@ -28,6 +29,7 @@ def is_transformers_model(model: Any) -> bool:
 
 
 def weights_bytes(model: Any) -> int:
+    """Return the size in bytes of every tensor in the model's state dict."""
     return sum(t.numel() * t.element_size() for t in model.state_dict().values())
 
 
@@ -46,8 +48,11 @@ def weights_digest(model: Any) -> str:
 
 
 def tokenizer_digest(tokenizer: Any) -> str:
-    """sha256 of what decides the token ids: the full tokenizer definition (fast tokenizers)
-    or the vocabulary, the special tokens and the chat template."""
+    """Return the sha256 of what decides the token ids.
+
+    That is the tokenizer's class, its full definition (fast tokenizers) or else its
+    vocabulary, its special tokens and its chat template.
+    """
     backend = getattr(tokenizer, "backend_tokenizer", None)  # slow tokenizers have none
     definition = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
     payload = json.dumps([type(tokenizer).__name__, definition, tokenizer.special_tokens_map,
@@ -56,8 +61,10 @@ def tokenizer_digest(tokenizer: Any) -> str:
 
 
 def tokenizer_for(model: Any, tokenizer: Any) -> Any:
-    """The tokenizer given (an object, or a path / hub id to load one from), else the one
-    saved beside the model's weights (`model.name_or_path`)."""
+    """Return the tokenizer given, else the one saved beside the model's weights (`model.name_or_path`).
+
+    `tokenizer` may be an object, or a path / hub id to load one from.
+    """
     from transformers import AutoTokenizer
 
     if tokenizer is not None and not isinstance(tokenizer, str):
@@ -75,7 +82,7 @@ def tokenizer_for(model: Any, tokenizer: Any) -> Any:
 
 def loaded_backend(model: Any, tokenizer: Any, *, max_length: Optional[int], device: Optional[str], dtype: str,
                    cache: bool) -> tuple[HFBackend, list[str]]:
-    """The backend for a loaded model, and the warnings its run must carry.
+    """Return the backend for a loaded model, and the warnings its run must carry.
 
     The model is put in eval mode and runs where it is, in its own dtype: `device` and
     `dtype` may only restate them (moving or casting the caller's model is theirs to do).

@@ -25,6 +25,8 @@ _MARKER = "proctor-gguf.json"
 
 @dataclass
 class LoadedModel:
+    """A model and tokenizer loaded from a ModelSource, with the identity results are cached under."""
+
     model: Any          # transformers PreTrainedModel, eval mode, on its device
     tokenizer: Any      # transformers tokenizer
     identity: str       # weights + tokenizer identity, independent of where they lie
@@ -39,8 +41,10 @@ def load_model(source: ModelSource, *, dtype: Any, device: Any) -> LoadedModel:
 
 
 def model_directory(source: ModelSource) -> tuple[Path, str]:
-    """A transformers directory holding the model (a GGUF converted once), and its identity:
-    weights + tokenizer, independent of where they lie."""
+    """Return a transformers directory holding the model (a GGUF converted once), and its identity.
+
+    The identity is of weights + tokenizer, independent of where they lie.
+    """
     if source.kind == "gguf":
         return converted_gguf_dir(Path(source.location), source.digest), source.identity
     if source.kind == "dir":
@@ -61,7 +65,7 @@ def _from_pretrained(directory: Path, *, dtype: Any, device: Any, shown: str) ->
 
 
 def converted_gguf_dir(gguf: Path, sha: str) -> Path:
-    """The cached plain-transformers copy of a GGUF model, converting it on first use."""
+    """Return the cached plain-transformers copy of a GGUF model, converting it on first use."""
     target = cache_root() / "models" / f"{gguf.stem}-{sha[:12]}"
     if (target / _MARKER).is_file():
         return target
@@ -102,7 +106,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def _quiet_transformers() -> None:
-    """proctor draws its own progress; transformers' load bars and notices would interleave with it."""
+    """Silence transformers' load bars and notices, which would interleave with proctor's own progress."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -1,5 +1,7 @@
-"""OpenAI-compatible completions backend (`POST {base_url}/completions`: vLLM, llama.cpp, TGI...),
-and `POST {base_url}/chat/completions` for generating from chat prompts.
+"""OpenAI-compatible completions backend (vLLM, llama.cpp, TGI...), with chat completions for chat prompts.
+
+Requests go to `POST {base_url}/completions`, and to `POST {base_url}/chat/completions`
+for generating from chat prompts.
 
 The engine tokenizes with a local tokenizer (`tokenizer=`, the model alias's by default),
 so requests are the same token rows every backend gets. Prompts go to the server as
@@ -127,6 +129,7 @@ class OpenAIBackend:
 
     @property
     def fingerprint(self) -> str:
+        """Server, served model, tokenizer, max length, scoring and extra fields: what results are cached under."""
         # server-side sampling settings (extra_body) change generations: results are cached apart.
         # Chat generations are rendered by the server's template, not from the tokens the local
         # one gave, and that needs nothing more here: a chat request's key holds its messages
@@ -139,19 +142,25 @@ class OpenAIBackend:
                 f"|max_length={self.max_length}|scoring={self.scoring}" + (f"|extra={extra}" if extra else ""))
 
     def config_record(self) -> dict:
-        """What metrics.json records about this backend (never the API key); `scoring` and
-        `prompt_format` are what the run used ("auto" when it never needed them)."""
+        """Return what metrics.json records about this backend (never the API key).
+
+        `scoring` and `prompt_format` are what the run used ("auto" when it never needed them).
+        """
         return {"base_url": self.base_url, "served_model": self.model, "tokenizer": self.tokenizer_identity,
                 "scoring": self.scoring, "prompt_format": self.prompt_format,
                 "concurrency": self.client.concurrency, "requests_sent": self.requests_sent,
                 **({"extra_body": self.extra_body} if self.extra_body else {})}
 
     def token_budget(self) -> int:
-        """Tokens per scoring batch: enough rows to keep every connection busy, few enough
-        that a run stopped by a failing server redoes little (results are stored per batch)."""
+        """Return tokens per scoring batch: enough rows to keep every connection busy.
+
+        Few enough, too, that a run stopped by a failing server redoes little (results are
+        stored per batch).
+        """
         return self.client.concurrency * self.max_length
 
     def close(self) -> None:
+        """Close the HTTP client and its connections."""
         self.client.close()
 
     # -- requests -------------------------------------------------------------------------
@@ -184,7 +193,7 @@ class OpenAIBackend:
             raise _chat_rejected(self.base_url + CHAT_COMPLETIONS, e, body) from None
 
     def _format(self) -> str:
-        """ids or text: whether the server takes a token-id prompt (asked once, with a tiny request)."""
+        """Return "ids" or "text": whether the server takes a token-id prompt (asked once, with a tiny request)."""
         if self.prompt_format == "auto":
             probe = {**self.extra_body, "model": self.model, "max_tokens": 1, "temperature": 0}
             ids = self.tokenizer.encode("Hello", add_special_tokens=False)
@@ -201,6 +210,7 @@ class OpenAIBackend:
 
     def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = (),
               parents: Sequence[int] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
+        """Score each row's readouts by echo or forced decoding (see the module doc), requests sent concurrently."""
         # shares_prefixes is False: the engine never passes prefix or parents
         mode = self._scoring()
         queries = [q for i, row in enumerate(rows) for j in range(len(row.readouts)) for q in self._queries(i, row, j, mode)]
@@ -266,7 +276,7 @@ class OpenAIBackend:
         return _number(lps[0], self.base_url), _is_top(lps[0], tops, 0)
 
     def _scoring(self) -> str:
-        """echo or forced (see the module doc): probed once when "auto"."""
+        """Return "echo" or "forced" (see the module doc): probed once when "auto"."""
         if self.scoring != "auto":
             return self.scoring
         probe = tuple(self.tokenizer.encode(_PROBE_TEXT, add_special_tokens=False))
@@ -348,7 +358,7 @@ class OpenAIBackend:
         return self._finished(content or "", reply, choice, row)  # OpenAI: null content is no text
 
     def _finished(self, text: str, reply: dict, choice: dict, row: GenRow) -> Generation:
-        """The sample: `text` cut at the first stop string, its token count and finish reason."""
+        """Return the sample: `text` cut at the first stop string, its token count and finish reason."""
         cut = find_stop(text, row.stop)
         if cut is not None:
             text = text[:cut]
@@ -372,9 +382,11 @@ def _decoding_fields(row: GenRow, seed: int) -> dict[str, Any]:
 
 
 def _chat_messages(chat: Chat) -> tuple[list[dict], bool]:
-    """The messages a chat-completions server is sent, and whether the last is a started
-    assistant reply to continue: the chat's own (`continue_final`), or its `suffix`, appended
-    to that reply or else sent as an assistant message of its own."""
+    """Return the messages a chat-completions server is sent, and whether the last is a started reply.
+
+    A started assistant reply to continue is the chat's own (`continue_final`), or its
+    `suffix`, appended to that reply or else sent as an assistant message of its own.
+    """
     messages = [m.to_dict() for m in chat.messages]
     if not chat.suffix:
         return messages, chat.continue_final
@@ -386,7 +398,7 @@ def _chat_messages(chat: Chat) -> tuple[list[dict], bool]:
 
 
 def _chat_rejected(url: str, e: ServerRejected, body: dict) -> UserError:
-    """A clearer error for a chat-completions request the server refused."""
+    """Return a clearer error for a chat-completions request the server refused."""
     if e.status in (404, 405):  # no such endpoint (vLLM also answers 404 for a model it does not serve)
         return UserError(f"{e}; chat prompts are generated through POST {url}, which this server does not "
                          f"have (or not for model {body.get('model')!r}): serve the model with an OpenAI-compatible "
@@ -399,8 +411,11 @@ def _chat_rejected(url: str, e: ServerRejected, body: dict) -> UserError:
 
 
 def _finish_reason(choice: dict, row: GenRow, cut: bool) -> str:
-    """length, stop (a stop string) or eos. OpenAI's "stop" covers both of the last two; vLLM's
-    `stop_reason` (the string, or a token id / None for EOS) tells them apart where present."""
+    """Return "length", "stop" (a stop string) or "eos".
+
+    OpenAI's "stop" covers both of the last two; vLLM's `stop_reason` (the string, or a
+    token id / None for EOS) tells them apart where present.
+    """
     reason = choice.get("finish_reason")
     if reason == "length" and not cut:
         return "length"
@@ -455,8 +470,10 @@ def _malformed(url: str, what: str, api: str = "completions") -> UserError:
 
 
 def tokenizer_source(tokenizer: Union[str, ModelSource, None], model: str) -> ModelSource:
-    """Where the served model's tokenizer is: `tokenizer` (a directory, a .gguf file, a hub id or an
-    alias), or the alias `model` names, when it is one."""
+    """Return where the served model's tokenizer is: `tokenizer`, or the alias `model` names, when it is one.
+
+    `tokenizer` is a directory, a .gguf file, a hub id or an alias.
+    """
     if isinstance(tokenizer, ModelSource):
         return tokenizer
     spec = tokenizer if tokenizer is not None else (model if model in ALIASES else None)
@@ -469,8 +486,10 @@ def tokenizer_source(tokenizer: Union[str, ModelSource, None], model: str) -> Mo
 
 
 def load_tokenizer(source: ModelSource) -> Any:
-    """The transformers tokenizer of a tokenizer source (`tokenizer_source`); a GGUF's is its
-    converted copy's."""
+    """Load the transformers tokenizer of a tokenizer source (`tokenizer_source`).
+
+    A GGUF's tokenizer is its converted copy's.
+    """
     from transformers import AutoTokenizer
 
     from proctor.backends.models import _quiet_transformers, converted_gguf_dir
@@ -490,8 +509,10 @@ def load_openai_backend(
     base_url: str, model: str, *, tokenizer: Union[str, ModelSource, None] = None, api_key: Optional[str] = None,
     max_length: int = 2048, **options: Any,
 ) -> OpenAIBackend:
-    """An OpenAIBackend for `model` served at `base_url` (e.g. http://127.0.0.1:8000/v1); the API
-    key is `api_key` or $OPENAI_API_KEY (sent as a bearer token, recorded nowhere)."""
+    """Build an OpenAIBackend for `model` served at `base_url` (e.g. http://127.0.0.1:8000/v1).
+
+    The API key is `api_key` or $OPENAI_API_KEY (sent as a bearer token, recorded nowhere).
+    """
     if not base_url.startswith(("http://", "https://")):
         raise UserError(f"base URL {base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
     source = tokenizer_source(tokenizer, model)

@@ -34,6 +34,8 @@ _SHOWN_CHARS = 200        # of a server's error message or malformed reply
 
 @dataclass(frozen=True)
 class RetryPolicy:
+    """How often and how long to wait before retrying a transient failure (exponential backoff with jitter)."""
+
     retries: int = 5            # retries after the first try
     base_delay: float = 0.5     # seconds before the first retry; doubles each time
     max_delay: float = 30.0
@@ -47,8 +49,10 @@ class RetryPolicy:
 
 
 class CompletionsClient:
-    """Posts JSON bodies to `{base_url}{path}` (`/completions` unless a post names another
-    path, e.g. `/chat/completions`) with at most `concurrency` in flight."""
+    """Posts JSON bodies to `{base_url}{path}` with at most `concurrency` in flight.
+
+    The path is `/completions` unless a post names another, e.g. `/chat/completions`.
+    """
 
     def __init__(
         self, base_url: str, *, api_key: Optional[str] = None, timeout: float = 600.0,
@@ -68,15 +72,16 @@ class CompletionsClient:
         return f"CompletionsClient({self.shown_url!r})"
 
     def url_of(self, path: str) -> str:
-        """The URL a post to `path` goes to (with the base URL's user info, if any)."""
+        """Return the URL a post to `path` goes to (with the base URL's user info, if any)."""
         return self.base_url + path
 
     def close(self) -> None:
+        """Cancel queued calls without waiting for running ones, and close the HTTP connections."""
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._http.close()
 
     def map(self, fn: Callable[[T], Any], items: Sequence[T]) -> Iterator[tuple[int, Any]]:
-        """(index, fn(item)) as each finishes, up to `concurrency` at a time, on this thread.
+        """Yield (index, fn(item)) as each finishes, up to `concurrency` at a time, on this thread.
 
         On the first failure the calls not yet started are cancelled and, once those already
         running have ended, it is raised; the results yielded before it are the caller's to keep.
@@ -109,9 +114,11 @@ class CompletionsClient:
             wait(pending)
 
     def post(self, body: dict, *, path: str = COMPLETIONS, retries: Optional[int] = None) -> dict:
-        """The server's JSON reply to one request to `{base_url}{path}`, retrying transient
-        failures (`retries` times, the policy's by default). No message it raises holds the API
-        key or the URL's password, even where the server echoes them back."""
+        """Return the server's JSON reply to one request to `{base_url}{path}`, retrying transient failures.
+
+        It retries `retries` times, the policy's by default. No message it raises holds the
+        API key or the URL's password, even where the server echoes them back.
+        """
         try:
             return self._post(self.url_of(path), body, self.retry.retries if retries is None else retries)
         except ServerRejected as e:
@@ -170,7 +177,7 @@ def _json(response: httpx.Response, url: str) -> dict:
 
 
 def _server_message(response: httpx.Response) -> str:
-    """The error text a server put in its reply: OpenAI's error.message, FastAPI's detail, or the body."""
+    """Return the error text a server put in its reply: OpenAI's error.message, FastAPI's detail, or the body."""
     try:
         data = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):

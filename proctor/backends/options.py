@@ -51,15 +51,18 @@ class HFOptions:
     dtype: str = _dtype()
 
     def check(self) -> None:
+        """Refuse a device name that is unknown or not available on this machine."""
         if self.device not in (None, "cpu"):  # these need no look at the machine (nor torch)
             from proctor.backends.hf import resolve_device
 
             resolve_device(self.device)
 
     def locate(self, model: str) -> ModelSource:
+        """Resolve `model` (hub id, directory, .gguf file or alias) to the files it loads from."""
         return resolve_source(model)
 
     def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
+        """Load the transformers backend for `source`."""
         from proctor.backends.hf import load_backend
 
         return load_backend(source, device=self.device, dtype=self.dtype, max_length=max_length)
@@ -74,16 +77,19 @@ class LlamaCppOptions:
     device: Optional[str] = option(None, "cpu (llama.cpp runs on the CPU)", some_text)
 
     def check(self) -> None:
+        """Refuse any device but the CPU."""
         if self.device not in (None, "cpu"):
             raise UserError("--device does not apply to --backend llamacpp")
 
     def locate(self, model: str) -> ModelSource:
+        """Resolve `model` to its GGUF file, refusing anything else before the file is read."""
         from proctor.backends.llamacpp import check_gguf_source
 
         check_gguf_source(classify_source(model))  # before reading the file
         return resolve_source(model)
 
     def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
+        """Load `source` into a llama.cpp context."""
         from proctor.backends.llamacpp import load_llamacpp_backend
 
         return load_llamacpp_backend(source, max_length=max_length, n_threads=self.threads)
@@ -104,6 +110,7 @@ class OpenAIOptions:
                                           '"top_k": 0}\'', json_object, parse=parse_json_object)
 
     def check(self) -> None:
+        """Refuse a run without a base URL, or with a tokenizer that is not a name."""
         if not self.base_url:
             raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str):
@@ -111,12 +118,13 @@ class OpenAIOptions:
                             f".gguf file, a hub id or an alias), got {self.tokenizer!r}")
 
     def locate(self, model: str) -> ModelSource:
-        """The served model's tokenizer (the served model itself is the server's business)."""
+        """Locate the served model's tokenizer (the served model itself is the server's business)."""
         from proctor.backends.openai_api import tokenizer_source
 
         return tokenizer_source(self.tokenizer, model)
 
     def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
+        """Connect to the server, with the tokenizer `source` locates; max length 2048 unless given."""
         from proctor.backends.openai_api import load_openai_backend
 
         assert self.base_url is not None  # check() refused a run without one
@@ -140,13 +148,16 @@ class VLLMOptions:
         "reserves (default: proctor sizes its key/value cache)", fraction, parse=parse_fraction)
 
     def check(self) -> None:
+        """Refuse any device but cuda or cpu."""
         if self.device not in (None, "cuda", "cpu"):
             raise UserError("--device does not apply to --backend vllm")
 
     def locate(self, model: str) -> ModelSource:
+        """Resolve `model` (hub id, directory, .gguf file or alias) to the files it loads from."""
         return resolve_source(model)
 
     def open(self, model: str, source: ModelSource, *, max_length: Optional[int], seed: int) -> Backend:
+        """Load `source` into a vLLM engine with these options and the run's seed."""
         from proctor.backends.vllm_backend import load_vllm_backend
 
         return load_vllm_backend(source, dtype=self.dtype, max_length=max_length, vllm_for_mc=self.vllm_for_mc,
@@ -169,13 +180,15 @@ def backend_fields() -> dict[str, Any]:
 
 
 def taken_by(name: str) -> list[str]:
-    """The backends that take option `name`."""
+    """Return the backends that take option `name`."""
     return [b for b, kind in OPTION_TYPES.items() if any(f.name == name for f in fields(kind))]
 
 
 def backend_options(backend: str, values: Mapping[str, Any]) -> BackendOptions:
-    """`backend`'s options from the backend keywords given (`values`, every backend's): an option
-    of another backend set to anything but its default is refused; each value is checked."""
+    """Build `backend`'s options from the backend keywords given (`values`, every backend's).
+
+    An option of another backend set to anything but its default is refused; each value is checked.
+    """
     if backend not in OPTION_TYPES:
         raise UserError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     kind = OPTION_TYPES[backend]
@@ -190,11 +203,12 @@ def backend_options(backend: str, values: Mapping[str, Any]) -> BackendOptions:
 
 
 def backend_name(options: BackendOptions) -> str:
+    """Return the `--backend` name whose options `options` are."""
     return next(name for name, kind in OPTION_TYPES.items() if isinstance(options, kind))
 
 
 def backend_record(backend: Backend, options: BackendOptions) -> dict[str, Any]:
-    """What metrics.json records about the backend (its own record where it keeps one)."""
+    """Return what metrics.json records about the backend (its own record where it keeps one)."""
     record = {"backend": backend_name(options), **backend.config_record()}
     if isinstance(options, OpenAIOptions) and options.base_url:
         record["base_url"] = redact_url(options.base_url)

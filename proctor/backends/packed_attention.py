@@ -35,6 +35,8 @@ NAME = "proctor_packed"
 
 
 class Layout(Protocol):
+    """What attention means inside a `packed(...)` block: packed scoring rows or a decode step."""
+
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
                scale: float) -> torch.Tensor:
         """Attention output [batch, tokens, heads, dim] of one layer; query [batch, heads, tokens, dim]."""
@@ -51,6 +53,7 @@ class PackedLayout:
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
                scale: float) -> torch.Tensor:
+        """Attend as packed rows: each row to the prefix, itself (causal) and its parent segment."""
         return attend_packed(query, key, value, self, layer, scale)
 
 
@@ -117,7 +120,7 @@ def merge_parts(a: tuple[torch.Tensor, torch.Tensor],
 def packed_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: Optional[torch.Tensor], scaling: Optional[float] = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """transformers attention function: SDPA, or the layout's attention inside `packed(...)`."""
+    """Attend as transformers' attention function `proctor_packed`: SDPA, or the layout's inside `packed(...)`."""
     layout = _LAYOUT.get()
     if layout is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)

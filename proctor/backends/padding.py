@@ -16,9 +16,11 @@ def right_padded(rows: Sequence[Sequence[int]]) -> torch.Tensor:
 
 
 def left_padded(rows: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Ids, attention mask and position ids of rows padded on the left, so every row's last
-    token is at position -1; positions count real tokens only (as `generate()` does), so
-    padding does not shift them."""
+    """Return ids, attention mask and position ids of rows padded on the left.
+
+    Every row's last token is at position -1; positions count real tokens only (as
+    `generate()` does), so padding does not shift them.
+    """
     longest = max(len(r) for r in rows)
     ids = torch.zeros((len(rows), longest), dtype=torch.long)
     mask = torch.zeros((len(rows), longest), dtype=torch.long)

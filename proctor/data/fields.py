@@ -1,5 +1,7 @@
-"""Typed fields of parsed data rows: a missing field or one of the wrong JSON type is a
-UserError that says where (file:line, or file and item) and which field.
+"""Typed fields of parsed data rows.
+
+A missing field or one of the wrong JSON type is a UserError that says where (file:line,
+or file and item) and which field.
 
 Every reader takes its fields through `field`, so a row of the wrong shape never reaches
 a task (where it would be a KeyError or TypeError, or worse, a silently different prompt).
@@ -31,7 +33,7 @@ _WITH_ARTICLE: dict[type, str] = {str: "a string", list: "a list", dict: "an obj
 
 
 def json_type(value: Any) -> str:
-    """The JSON type of a parsed value, with its article: 'a string', 'null', ..."""
+    """Name the JSON type of a parsed value, with its article: 'a string', 'null', ..."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -42,7 +44,7 @@ def json_type(value: Any) -> str:
 
 
 def describe(kind: Any) -> str:
-    """What `kind` asks for, as a noun: 'string', 'list of strings', 'object of numbers'."""
+    """Say what `kind` asks for, as a noun: 'string', 'list of strings', 'object of numbers'."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
         return " or ".join(describe(k) for k in args)

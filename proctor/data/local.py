@@ -30,6 +30,7 @@ _MMLU_ANSWERS = ("A", "B", "C", "D")
 
 
 def mmlu(data_dir: Path, subject: Optional[str], split: str) -> Rows:
+    """Read one MMLU subject's split from its header-less CSV file, the answer letter as an index."""
     if split not in _MMLU_DIRS:
         raise UserError(f"MMLU has no local split {split!r} (have: {', '.join(_MMLU_DIRS)})")
     d = _MMLU_DIRS[split]
@@ -56,6 +57,7 @@ def _labels(path: Path) -> list[tuple[int, str]]:
 
 
 def social_i_qa(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read a SocialIQA split, pairing each JSONL row with its line of the labels file."""
     if split not in _SIQA_FILES:
         raise UserError(f"SocialIQA has no split {split!r} (have: validation, train)")
     base = data_dir / "social_i_qa" / "socialiqa-train-dev"
@@ -95,6 +97,7 @@ def _arc_row(row: dict, where: str) -> dict:
 
 
 def ai2_arc(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read an ARC config's split ("ARC-Challenge" or "ARC-Easy"), its rows reshaped as the hub's."""
     if name not in ("ARC-Challenge", "ARC-Easy") or split not in _ARC_FILES:
         raise UserError(f"ARC has no local config {name!r} / split {split!r}")
     path = first_existing(_variants(data_dir / "ai2_arc" / name / f"{name}-{_ARC_FILES[split]}.jsonl", ".gz"))
@@ -116,12 +119,13 @@ _TRAILING_FRAGMENT = re.compile(r"^(.*[.!?])\s+([a-z][^.!?]*)$", re.S)
 
 
 def split_hellaswag_ctx(ctx: str) -> tuple[str, str]:
+    """Split a HellaSwag ctx back into (ctx_a, ctx_b): ctx_b is a trailing lower-case fragment, else ''."""
     m = _TRAILING_FRAGMENT.match(ctx)
     return (m.group(1), m.group(2)) if m else (ctx, "")
 
 
 def _hellaswag_item(path: Path, start: int, lines: Sequence[str]) -> dict:
-    """The item whose 6 lines begin at 0-based line `start`."""
+    """Parse the item whose 6 lines begin at 0-based line `start`."""
     head, gold, *endings = lines
     label, sep, ctx = head.partition(": ")
     if not sep:
@@ -134,6 +138,7 @@ def _hellaswag_item(path: Path, start: int, lines: Sequence[str]) -> dict:
 
 
 def hellaswag(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read a HellaSwag split from its text form, 6 lines per item."""
     if split not in _HELLASWAG_FILES:
         raise UserError(f"HellaSwag has no labelled split {split!r} (have: validation, train)")
     stem = _HELLASWAG_FILES[split]
@@ -159,6 +164,7 @@ _GSM8K_SPLITS = ("test", "train")
 
 
 def gsm8k(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read a GSM8K split from the original grade-school-math JSONL file."""
     if split not in _GSM8K_SPLITS:
         raise UserError(f"GSM8K has no split {split!r} (have: test, train)")
     path = first_existing(_variants(data_dir / "gsm8k" / f"{split}.jsonl", ".gz"))
@@ -177,6 +183,7 @@ def _bbh_row(example: object, where: str) -> dict:
 
 
 def bbh(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read a BIG-Bench-Hard task's examples (its only split is test)."""
     if split != "test":
         raise UserError(f"BIG-Bench-Hard has only a test split, not {split!r}")
     path = first_existing(_variants(data_dir / "bbh" / "bbh" / f"{name}.json", ".gz"))

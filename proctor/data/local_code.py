@@ -20,6 +20,7 @@ HUMANEVAL_FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_po
 
 
 def humaneval(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read HumanEval's test split, checking each row's fields and that its entry_point is a function name."""
     if split != "test":
         raise UserError(f"HumanEval has only a test split, not {split!r}")
     base = data_dir / "humaneval" / "HumanEval.jsonl"

@@ -24,6 +24,7 @@ Rows = list[dict]
 # (790 questions) and data/v1 reorders the questions.
 
 def truthful_qa(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read TruthfulQA's multiple_choice validation split from the original 2021 mc_task.json (data/v0)."""
     if name != "multiple_choice" or split != "validation":
         raise UserError(f"TruthfulQA has no local config {name!r} / split {split!r} "
                         "(have: multiple_choice / validation)")
@@ -41,8 +42,10 @@ def _truthfulqa_row(item: object, where: str) -> dict:
 
 
 def _targets(item: object, name: str, where: str, single: bool) -> dict:
-    """{answer: 0|1} in file order, the first answer true (lm-eval's gold is index 0);
-    MC1 has exactly one true answer."""
+    """Check `{answer: 0|1}` in file order, the first answer true (lm-eval's gold is index 0).
+
+    MC1 has exactly one true answer. The result is the hub's `{choices, labels}`.
+    """
     answers = field(item, name, dict[str, int], where)
     labels = list(answers.values())
     if not answers or labels[0] != 1 or any(v not in (0, 1) for v in labels):
@@ -64,6 +67,7 @@ _INPUT_PREFIX, _OUTPUT_PREFIX = "\nQ: ", "\nA: "
 
 
 def bigbench(data_dir: Path, name: Optional[str], split: str) -> Rows:
+    """Read a BIG-bench `<task>_zero_shot` config from its original task.json, else from llm-foundry's JSONL."""
     task = (name or "").removesuffix("_zero_shot")
     if split != "default" or not task:
         raise UserError(f"BIG-bench has no local config {name!r} / split {split!r} "

@@ -48,14 +48,16 @@ def decode_text(data: bytes, path: Path) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The whole file as UTF-8 text (.gz / .bz2 decompressed by suffix, a leading BOM dropped)."""
+    """Read the whole file as UTF-8 text (.gz / .bz2 decompressed by suffix, a leading BOM dropped)."""
     return decode_text(_decompressed_bytes(path), path)
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines of a line-based file: separated by "\n" only, a trailing "\r" dropped, and a
-    final newline adds no empty line. (`str.splitlines` also splits on U+2028, U+0085,
-    form feeds and other characters that JSON strings and text fields may hold.)"""
+    r"""Split the text of a line-based file into lines at "\n" only, each line's trailing "\r" dropped.
+
+    A final newline adds no empty line. (`str.splitlines` also splits on U+2028, U+0085,
+    form feeds and other characters that JSON strings and text fields may hold.)
+    """
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
@@ -63,8 +65,10 @@ def split_lines(text: str) -> list[str]:
 
 
 def parse_json(text: str, path: object, line: Optional[int] = None) -> Any:
-    """`json.loads(text)`, where `text` is the file `path` or its line `line`; invalid or too
-    deeply nested JSON is a UserError naming the file and line."""
+    """Return `json.loads(text)`, where `text` is the file `path` or its line `line`.
+
+    Invalid or too deeply nested JSON is a UserError naming the file and line.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -106,8 +110,10 @@ def _read_csv(path: str, _size: int, _mtime: int, columns: int) -> tuple[tuple[i
 
 
 def read_jsonl(path: Path) -> tuple[tuple[int, dict], ...]:
-    """(line number, object) of each non-blank line; lines are separated by "\n" only.
-    Callers must not mutate the (cached) dicts."""
+    r"""Return (line number, object) of each non-blank line; lines are separated by "\n" only.
+
+    Callers must not mutate the (cached) dicts.
+    """
     return _read_jsonl(*_stamp(path))
 
 
@@ -135,7 +141,7 @@ def _read_lines(path: str, _size: int, _mtime: int) -> tuple[str, ...]:
 
 
 def read_json(path: Path) -> Any:
-    """The file's one JSON value. Callers must not mutate it (it is cached)."""
+    """Read the file's one JSON value. Callers must not mutate it (it is cached)."""
     return _read_json(*_stamp(path))
 
 
@@ -145,7 +151,7 @@ def _read_json(path: str, _size: int, _mtime: int) -> Any:
 
 
 def first_existing(candidates: list[Path]) -> Path:
-    """The first candidate that exists (plain or compressed), else a UserError listing them."""
+    """Return the first candidate that exists (plain or compressed), else raise a UserError listing them."""
     for p in candidates:
         if p.is_file():
             return p

@@ -26,6 +26,7 @@ GSM8K_GOLD = "####"
 
 
 def social_i_qa(row: object, where: str) -> dict:
+    """Check a SocialIQA row: its context, question and three answers, and a label "1", "2" or "3"."""
     out = {name: field(row, name, str, where) for name in SIQA_TEXT}
     label = field(row, "label", str, where)
     if label not in SIQA_LABELS:
@@ -34,6 +35,7 @@ def social_i_qa(row: object, where: str) -> dict:
 
 
 def ai2_arc(row: object, where: str) -> dict:
+    """Check an ARC row: 2 to 5 choices labelled A, B, C.. or 1, 2, 3.. in order, and an answerKey among them."""
     texts = field(row, "choices.text", list[str], where)
     labels = field(row, "choices.label", list[str], where)
     key = field(row, "answerKey", str, where)
@@ -49,6 +51,7 @@ def ai2_arc(row: object, where: str) -> dict:
 
 
 def hellaswag(row: object, where: str) -> dict:
+    """Check a HellaSwag row: its context parts, four endings and a label "0" to "3"."""
     out = {name: field(row, name, str, where) for name in ("activity_label", "ctx_a", "ctx_b")}
     endings = field(row, "endings", list[str], where)
     if len(endings) != HELLASWAG_ENDINGS:
@@ -60,7 +63,7 @@ def hellaswag(row: object, where: str) -> dict:
 
 
 def gsm8k(row: object, where: str) -> dict:
-    """A test/train row: its answer is the reasoning, then '#### <gold>'."""
+    """Check a GSM8K test/train row: its answer is the reasoning, then '#### <gold>'."""
     question, answer = field(row, "question", str, where), field(row, "answer", str, where)
     if not answer.rpartition(GSM8K_GOLD)[2].strip() or GSM8K_GOLD not in answer:
         raise UserError(f"{where} has an answer without a gold '{GSM8K_GOLD} <number>' at its "
@@ -69,7 +72,7 @@ def gsm8k(row: object, where: str) -> dict:
 
 
 def gsm8k_shot(row: object, where: str) -> dict:
-    """A few-shot example (STD:GSM8k): its answer is the chain of thought shown in the prompt."""
+    """Check a GSM8K few-shot example (STD:GSM8k): its answer is the chain of thought shown in the prompt."""
     return {"question": field(row, "question", str, where), "answer": field(row, "answer", str, where)}
 
 

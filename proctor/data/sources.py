@@ -43,11 +43,12 @@ def load_split(dataset: str, name: Optional[str], split: str,
 
 
 def fewshot_path(source: str, root: Path) -> Path:
+    """Return the file of few-shot list `source` under `root`: `fewshot/<SOURCE>.json`, each ':' as '_'."""
     return root / "fewshot" / (source.replace(":", "_") + ".json")
 
 
 def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict]:
-    """The first `k` entries of a few-shot list (`fewshot/<SOURCE>.json`, field `examples`).
+    """Read the first `k` entries of a few-shot list (`fewshot/<SOURCE>.json`, field `examples`).
 
     Every entry is checked as a row of its dataset (`proctor.data.rows.FEWSHOT`), and
     a list with fewer than `k` entries is refused: a prompt never holds fewer shots than
@@ -68,13 +69,15 @@ def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict
 
 
 def _object(example: object, where: str) -> dict:
-    """An entry of a few-shot list no check is known for: a JSON object (copied)."""
+    """Check an entry of a few-shot list no check is known for: a JSON object (copied)."""
     return dict(check(example, dict, where))
 
 
 def load_data_text(relative: str, purpose: str, data_dir: Optional[PathLike]) -> str:
-    """A text file under the data directory (e.g. `bbh/cot-prompts/<task>.txt`), as UTF-8
-    with "\n" line ends (a file saved with "\r\n" reads the same)."""
+    r"""Read a text file under the data directory (e.g. `bbh/cot-prompts/<task>.txt`) as UTF-8.
+
+    Its line ends come out as "\n" (a file saved with "\r\n" reads the same).
+    """
     root = resolve_data_dir(data_dir)
     if root is None:
         raise UserError(f"{purpose} comes from <data dir>/{relative}, and no data directory was "

@@ -17,11 +17,15 @@ from proctor.requests import Generation, LoglikelihoodResult
 
 @runtime_checkable
 class Backend(Protocol):
-    @property
-    def tokenizer(self) -> TextEncoder: ...
+    """A model the engine scores and generates with, plus what metrics.json records about it."""
 
     @property
-    def max_length(self) -> int: ...
+    def tokenizer(self) -> TextEncoder:
+        """The model's tokenizer."""
+
+    @property
+    def max_length(self) -> int:
+        """The most tokens one model input may hold (the run's max length)."""
 
     @property
     def shares_prefixes(self) -> bool:
@@ -40,7 +44,7 @@ class Backend(Protocol):
         """Where the model runs as metrics.json records it (`str()` of it; e.g. cpu, cuda:0, remote)."""
 
     def config_record(self) -> dict[str, Any]:
-        """The backend's own settings for metrics.json's model_config (JSON values)."""
+        """Return the backend's own settings for metrics.json's model_config (JSON values)."""
 
     def token_budget(self) -> int:
         """Tokens per batch for batch_size="auto" (deterministic per device)."""

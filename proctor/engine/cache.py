@@ -84,9 +84,12 @@ def _checksum(*values: object) -> int:
 
 
 def _enable_wal(db: sqlite3.Connection) -> None:
-    """Switch to WAL mode. Processes opening a new file at once (data-parallel ranks) can get
-    "database is locked" here at once: SQLite does not call the busy handler for a journal
-    mode change, so retry until the timeout."""
+    """Switch to WAL mode, retrying while the file is locked.
+
+    Processes opening a new file at once (data-parallel ranks) can get "database is locked"
+    here at once: SQLite does not call the busy handler for a journal mode change, so retry
+    until the timeout.
+    """
     deadline = time.monotonic() + _TIMEOUT
     while True:
         try:
@@ -172,6 +175,7 @@ class ResultCache:
                              [(_checksum(*row[:-1]), row[0], row[1]) for row in rows])
 
     def get_many(self, fingerprint: str, keys: Iterable[str]) -> dict[str, LoglikelihoodResult]:
+        """Return the loglikelihood results stored under `fingerprint` for those of `keys` that have one."""
         rows = self._select("key, sum_logits, num_tokens, is_greedy, checksum", "loglikelihood", fingerprint, keys)
         return {key: LoglikelihoodResult(s, n, bool(g)) for key, s, n, g in rows}
 
@@ -185,6 +189,7 @@ class ResultCache:
                                  [(*row, _checksum(*row)) for row in rows])
 
     def get_generations(self, fingerprint: str, keys: Iterable[str]) -> dict[str, GenerateResult]:
+        """Return the generations (every sample) stored under `fingerprint` for those of `keys` that have them."""
         found = {}
         for key, samples in self._select("key, samples, checksum", "generation", fingerprint, keys):
             try:
@@ -194,8 +199,11 @@ class ResultCache:
         return found
 
     def _select(self, columns: str, table: str, fingerprint: str, keys: Iterable[str]) -> Iterator[tuple]:
-        """Rows of `table` stored under `fingerprint` for `keys` (chunks of `_CHUNK` keys), without
-        their checksum; a row whose checksum fails is dropped from the file and not returned."""
+        """Yield the rows of `table` stored under `fingerprint` for `keys`, without their checksum.
+
+        Keys are looked up `_CHUNK` at a time; a row whose checksum fails is dropped from the
+        file and not returned.
+        """
         keys = list(keys)
         bad: list[str] = []
         with self._guard("read results"):
@@ -227,6 +235,7 @@ class ResultCache:
                                  [(*row, _checksum(*row)) for row in rows])
 
     def get_hidden(self, fingerprint: str, keys: Iterable[str]) -> dict[str, HiddenStatesResult]:
+        """Return the hidden states stored under `fingerprint` for those of `keys` that have them."""
         found = {}
         for key, dtype, shape, data in self._select("key, dtype, shape, data, checksum", "hidden", fingerprint, keys):
             try:
@@ -245,17 +254,22 @@ class ResultCache:
                                  [(*row, _checksum(*row)) for row in rows])
 
     def put_truncated(self, fingerprint: str, dropped: Mapping[str, int]) -> None:
-        """Context tokens left truncation cut from requests, noted when they are planned, so
-        a later run that finds them all cached can report them without tokenizing again."""
+        """Store how many context tokens left truncation cut from each request.
+
+        They are noted when the requests are planned, so a later run that finds them all
+        cached can report them without tokenizing again.
+        """
         rows = [(fingerprint, k, int(n)) for k, n in dropped.items()]
         with self._guard("store results"), self._db:
             self._db.executemany("INSERT OR IGNORE INTO truncation VALUES (?, ?, ?, ?)",
                                  [(*row, _checksum(*row)) for row in rows])
 
     def get_truncated(self, fingerprint: str, keys: Iterable[str]) -> dict[str, int]:
+        """Return the context tokens left truncation cut, for those of `keys` that have a count stored."""
         return dict(self._select("key, dropped, checksum", "truncation", fingerprint, keys))
 
     def count(self, fingerprint: str) -> int:
+        """Return how many loglikelihood results are stored under `fingerprint`."""
         with self._guard("count results"):
             (n,) = self._db.execute(
                 "SELECT COUNT(*) FROM loglikelihood WHERE fingerprint = ?", (fingerprint,)
@@ -263,13 +277,14 @@ class ResultCache:
         return n
 
     def tampered_warning(self) -> list[str]:
-        """The run's warning when rows failed their checksum (empty when none did)."""
+        """Return the run's warning when rows failed their checksum (empty when none did)."""
         if not self.tampered:
             return []
         return [f"{self.tampered} cached results in {self.path} failed their checksum (changed outside "
                 "proctor or damaged) and were recomputed"]
 
     def close(self) -> None:
+        """Close the database connection."""
         self._db.close()
 
     def __enter__(self) -> "ResultCache":

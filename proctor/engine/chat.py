@@ -34,10 +34,12 @@ class ChatTemplate:
 
     @property
     def digest(self) -> str:
+        """The first 16 hex digits of the source's SHA-256, part of every cache key of a run that renders chats."""
         return hashlib.sha256(self.source.encode("utf-8")).hexdigest()[:16]
 
     @classmethod
     def of_tokenizer(cls, tokenizer: Any) -> Optional["ChatTemplate"]:
+        """Return the tokenizer's own template (of named ones, "default"), or None when it has none."""
         source = getattr(tokenizer, "chat_template", None)
         if isinstance(source, dict):  # named templates: transformers' "default" one
             source = source.get("default")
@@ -45,6 +47,7 @@ class ChatTemplate:
 
     @classmethod
     def from_file(cls, path: Path) -> "ChatTemplate":
+        """Read a template from a Jinja file, which must be non-empty text."""
         try:
             source = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
@@ -66,7 +69,7 @@ class ChatTemplate:
 
 
 def _special_tokens(tokenizer: Any) -> dict[str, Any]:
-    """What `apply_chat_template` hands the template besides the messages (bos_token, ...)."""
+    """Return what `apply_chat_template` hands the template besides the messages (bos_token, ...)."""
     out = getattr(tokenizer, "special_tokens_map", None)
     if isinstance(out, dict):
         return dict(out)
@@ -80,8 +83,11 @@ def _special_tokens(tokenizer: Any) -> dict[str, Any]:
 
 def _render_messages(template: ChatTemplate, tokenizer: Any, messages: list[dict],
                      continue_final: bool) -> str:
-    """A transformers tokenizer's own `apply_chat_template` (lm-eval's call) with `template`;
-    for other tokenizers (llama.cpp's) transformers' renderer with their BOS/EOS texts."""
+    """Render `messages` with `template`.
+
+    A transformers tokenizer renders with its own `apply_chat_template` (lm-eval's call);
+    for other tokenizers (llama.cpp's) transformers' renderer is given their BOS/EOS texts.
+    """
     apply = getattr(tokenizer, "apply_chat_template", None)
     if callable(apply):
         return str(apply(messages, chat_template=template.source, tokenize=False,
@@ -99,7 +105,7 @@ def _render_messages(template: ChatTemplate, tokenizer: Any, messages: list[dict
 
 
 def render(chat: Chat, template: ChatTemplate, tokenizer: Any, *, drop_system_on_error: bool) -> str:
-    """The chat's prompt text (see the module docstring)."""
+    """Return the chat's prompt text (see the module docstring)."""
     import jinja2
 
     messages = [m.to_dict() for m in chat.messages]
@@ -119,9 +125,12 @@ def render(chat: Chat, template: ChatTemplate, tokenizer: Any, *, drop_system_on
 
 
 def end_of_turn(template: ChatTemplate, tokenizer: Any) -> tuple[str, ...]:
-    """The special token the template ends an assistant turn with (`<|im_end|>`, `<|eot_id|>`,
-    `<end_of_turn>`, ...), found by rendering a reply and reading the first special token after
-    it; () when the template ends turns with no special token."""
+    """Return the special token the template ends an assistant turn with, or ().
+
+    The token (`<|im_end|>`, `<|eot_id|>`, `<end_of_turn>`, ...) is found by rendering a reply
+    and reading the first special token after it; () when the template ends turns with no
+    special token.
+    """
     chat = Chat((Message("user", "ping"), Message("assistant", _MARK)))
     try:
         text = _render_messages(template, tokenizer, [m.to_dict() for m in chat.messages], False)

@@ -50,7 +50,7 @@ class DistributedContext:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ) -> "DistributedContext":
-        """The torchrun launch this process is part of (RANK, WORLD_SIZE, LOCAL_RANK), if any."""
+        """Read the torchrun launch this process is part of (RANK, WORLD_SIZE, LOCAL_RANK), if any."""
         try:
             world = int(environ.get("WORLD_SIZE", "1"))
             rank = int(environ.get("RANK", "0"))
@@ -63,6 +63,7 @@ class DistributedContext:
 
     @property
     def is_main(self) -> bool:
+        """Whether this is rank 0, the one that reads and writes the output files."""
         return self.rank == 0
 
     @property
@@ -71,8 +72,10 @@ class DistributedContext:
         return self.world_size > 1 and self.local_rank == 0
 
     def device(self, requested: Optional[str]) -> Optional[str]:
-        """The device this rank runs on: GPU LOCAL_RANK when the run uses CUDA (GPUs are
-        shared in turn when a machine runs more ranks than it has); `requested` otherwise."""
+        """Return the device this rank runs on: GPU LOCAL_RANK when the run uses CUDA, else `requested`.
+
+        GPUs are shared in turn when a machine runs more ranks than it has.
+        """
         import torch
 
         if self.world_size == 1 or not (requested == "cuda" or requested is None and torch.cuda.is_available()):
@@ -96,6 +99,7 @@ class DistributedContext:
         signal.signal(signal.SIGTERM, self._stopped_by_signal)
 
     def stop(self) -> None:
+        """Leave the process group; nothing in a plain run."""
         import torch.distributed as dist
 
         if self.world_size > 1 and dist.is_initialized():
@@ -117,7 +121,7 @@ class DistributedContext:
         return result  # type: ignore[return-value]
 
     def mine(self, work: Sequence[T]) -> list[T]:
-        """This rank's share of `work` (a list every rank holds alike): every world_size-th item.
+        """Return this rank's share of `work` (a list every rank holds alike): every world_size-th item.
 
         Round robin over the work still to do, rather than a hash of each item, so every
         rank gets its equal share whatever was cached before.
@@ -133,7 +137,7 @@ class DistributedContext:
         return [next((r for r, mask in enumerate(masks) if mask[i]), -1) for i in range(len(keys))]
 
     def merge(self, results: Mapping[str, V]) -> dict[str, V]:
-        """The union of every rank's `results` (each key with one value), on every rank."""
+        """Return the union of every rank's `results` (each key with one value), on every rank."""
         if self.world_size == 1:
             return dict(results)
         merged: dict[str, V] = {}
@@ -142,12 +146,15 @@ class DistributedContext:
         return merged
 
     def main_says(self, value: T) -> T:
-        """Rank 0's `value`, on every rank: what rank 0 alone decided, e.g. from the output
-        files only it reads and writes (another rank reading them races rank 0's writes)."""
+        """Return rank 0's `value`, on every rank.
+
+        For what rank 0 alone decided, e.g. from the output files only it reads and writes
+        (another rank reading them races rank 0's writes).
+        """
         return value if self.world_size == 1 else self._all_gather(value)[0]
 
     def min(self, value: int) -> int:
-        """The smallest of the ranks' values (e.g. a measured token budget all can afford)."""
+        """Return the smallest of the ranks' values (e.g. a measured token budget all can afford)."""
         return value if self.world_size == 1 else min(self._all_gather(value))
 
     def sum(self, values: Mapping[str, int]) -> dict[str, int]:
@@ -194,6 +201,10 @@ class Pool:
 
     @classmethod
     def of(cls, context: DistributedContext, keys: Sequence[str], held: Mapping[str, Any]) -> "Pool":
+        """Pool `keys` given the results this rank's cache holds; every rank calls it (a collective).
+
+        A result that several ranks hold is sent in the merge by the lowest of them only.
+        """
         holders = context.holders(keys, held)
         known = {k for k, h in zip(keys, holders) if h >= 0}
         sent = {k: held[k] for k, h in zip(keys, holders) if h == context.rank}

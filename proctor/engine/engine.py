@@ -47,6 +47,7 @@ V = TypeVar("V")
 
 
 def batch_limits(batch_size: BatchSize, backend: Backend) -> BatchLimits:
+    """Turn a batch size (rows, or "auto": the backend's token budget) into batch limits."""
     if batch_size == "auto":
         return BatchLimits(max_tokens=backend.token_budget())
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -55,10 +56,12 @@ def batch_limits(batch_size: BatchSize, backend: Backend) -> BatchLimits:
 
 
 class Engine:
-    """Runs loglikelihood (`run`) and generation (`generate`) requests on a backend; results
-    are aligned with the input. `seed` is the run seed every sample's own seed derives from.
-    With a `distributed` context of N ranks, every rank makes the same calls and gets all
-    results; each runs about 1/N of the batches."""
+    """Runs loglikelihood (`run`) and generation (`generate`) requests on a backend.
+
+    Results are aligned with the input. `seed` is the run seed every sample's own seed
+    derives from. With a `distributed` context of N ranks, every rank makes the same calls
+    and gets all results; each runs about 1/N of the batches.
+    """
 
     def __init__(
         self,
@@ -112,12 +115,12 @@ class Engine:
         return f"{self.backend.fingerprint}|tokens={POLICY_VERSION}{mode}"
 
     def plan(self, requests: Sequence[Scored]) -> list[Batch]:
-        """The deterministic batch partition of the deduplicated requests (rolling ones as chunks)."""
+        """Return the deterministic batch partition of the deduplicated requests (rolling ones as chunks)."""
         plain, rolling = split(requests)
         return self.plan_scored(plain, RollingWork.expand(self.policy, rolling))
 
     def plan_scored(self, plain: dict[str, Loglikelihood], work: RollingWork) -> list[Batch]:
-        """The batches of loglikelihood windows and rolling chunks (noting truncation)."""
+        """Return the batches of loglikelihood windows and rolling chunks (noting truncation)."""
         found = self.note_windows(plain)
         windows = [*zip(plain, found), *work.windows.items()]
         return plan_batches(plan_rows(windows), self.limits, share_prefixes=self.share_prefixes)
@@ -133,8 +136,10 @@ class Engine:
         return fallback if self._started is None else self._started
 
     def results(self, requests: Sequence[Request]) -> dict[str, Result]:
-        """Every request's result by key: the scored ones (`run`), hidden states, then the
-        generations (`generate`). Afterwards `seconds_per_request` shares out the model time."""
+        """Return every request's result by key: the scored ones (`run`), hidden states, then generations.
+
+        Afterwards `seconds_per_request` shares out the model time.
+        """
         scored = [r for r in requests if isinstance(r, (Loglikelihood, RollingLoglikelihood))]
         hidden = [r for r in requests if isinstance(r, HiddenStates)]
         generated = [r for r in requests if isinstance(r, Generate)]
@@ -151,7 +156,7 @@ class Engine:
         return out
 
     def seconds_per_request(self, request: Request) -> float:
-        """A request's share of its kind's model time in the last `results` call."""
+        """Return a request's share of its kind's model time in the last `results` call."""
         return self._cost["generated" if isinstance(request, Generate) else "scored"]
 
     def run(self, requests: Sequence[Scored]) -> list[LoglikelihoodResult]:
@@ -159,7 +164,7 @@ class Engine:
         return self._collect(Scoring(self), requests)
 
     def generate(self, requests: Sequence[Generate]) -> list[GenerateResult]:
-        """Generation requests (see proctor.engine.generate); call after `run`, which resets stats."""
+        """Return generation requests' results (see proctor.engine.generate); call after `run`, which resets stats."""
         started = time.perf_counter()
         try:
             return self._collect(Generating(self), requests)

@@ -44,17 +44,18 @@ class PlannedGen:
 
 
 def sample_seed(run_seed: int, key: str, index: int) -> int:
-    """The seed of sample `index` of request `key` in a run seeded with `run_seed`."""
+    """Return the seed of sample `index` of request `key` in a run seeded with `run_seed`."""
     digest = hashlib.sha256(f"{run_seed}:{key}:{index}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def samples_needed(request: Generate) -> int:
-    """Samples the backend draws: `repeats`, or one for greedy decoding (copied `repeats` times)."""
+    """Count the samples the backend draws: `repeats`, or one for greedy decoding (copied `repeats` times)."""
     return request.repeats if request.do_sample else 1
 
 
 def check_request(request: Generate) -> None:
+    """Reject a request whose repeats, temperature or top_p no backend can honour, with a `UserError`."""
     if request.repeats < 1:
         raise UserError(f"a Generate request needs repeats >= 1, got {request.repeats}")
     if request.do_sample and not request.temperature > 0:
@@ -66,9 +67,11 @@ def check_request(request: Generate) -> None:
 def plan_generation(
     requests: Sequence[tuple[str, Generate, tuple[int, ...]]], run_seed: int
 ) -> list[PlannedGen]:
-    """One row per (key, request, context tokens), longest context first, ties by key: a
-    function of the set, so neither arrival order nor the cache changes it. The requests are
-    checked (`check_request`) by the engine before any work."""
+    """Plan one row per (key, request, context tokens), longest context first, ties by key.
+
+    The order is a function of the set, so neither arrival order nor the cache changes it.
+    The requests are checked (`check_request`) by the engine before any work.
+    """
     planned: list[PlannedGen] = []
     for key, req, tokens in sorted(requests, key=lambda r: (-len(r[2]), r[0])):
         seeds = tuple(sample_seed(run_seed, key, i) for i in range(samples_needed(req)))

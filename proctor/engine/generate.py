@@ -51,6 +51,7 @@ def generation_slots(engine: Engine, rows: Sequence[PlannedGen]) -> int:
 
 
 def request_fingerprint(engine: Engine, request: Generate) -> str:
+    """Return the cache-key prefix of a generation request: a sampled one's also names the run seed."""
     base = f"{engine.fingerprint}|gen={GENERATION_POLICY_VERSION}"
     return f"{base}|seed={engine.seed}" if request.do_sample else base
 
@@ -67,6 +68,7 @@ class Generating:
         self.fingerprints: dict[str, str] = {}
 
     def start(self, unique: Mapping[str, Generate]) -> None:
+        """Check the requests and note each one's fingerprint (sampled ones depend on the run seed)."""
         self.started = time.perf_counter()
         for request in unique.values():
             check_request(request)
@@ -74,16 +76,19 @@ class Generating:
         self.fingerprints = {k: request_fingerprint(self.engine, r) for k, r in unique.items()}
 
     def cached(self, keys: Sequence[str]) -> Iterator[dict[str, GenerateResult]]:
+        """Yield the stored generations of `keys`, one part per fingerprint."""
         cache = self.engine.cache
         if cache is not None:
             for fp in dict.fromkeys(self.fingerprints[k] for k in keys):
                 yield cache.get_generations(fp, [k for k in keys if self.fingerprints[k] == fp])
 
     def counted(self, requests: int, unique: int, cached: int) -> None:
+        """Set the engine's gen_requests, gen_unique and gen_cached counters."""
         stats = self.engine.stats
         stats.gen_requests, stats.gen_unique, stats.gen_cached = requests, unique, cached
 
     def held_everywhere(self, keys: Sequence[str]) -> None:
+        """Note the contexts' truncation: read from the cache, or found by tokenizing them without one."""
         if self.engine.cache is not None:  # noted when they were planned
             self.engine.truncated.update(self.engine.cache.get_truncated(self.engine.fingerprint, keys))
         else:
@@ -100,7 +105,7 @@ class Generating:
         return contexts
 
     def plan(self, unique: Mapping[str, Generate], pending: set[str]) -> list[PlannedGen]:
-        """The rows of the requests no rank holds, in the order of the plan of them all."""
+        """Return the rows of the requests no rank holds, in the order of the plan of them all."""
         keys = list(unique)
         contexts = self._contexts(keys)
         # a chat also stops at its template's end of turn (the row's stop strings)
@@ -111,8 +116,10 @@ class Generating:
         return [p for p in planned if p.key in pending]
 
     def execute(self, units: Sequence[PlannedGen], done: Done) -> None:
-        """One queue to the backend (continuous batching), halving the slots while it runs out of
-        memory; a request is stored as soon as all its samples are done."""
+        """Send the rows to the backend as one queue (continuous batching), halving the slots on running out of memory.
+
+        A request is stored as soon as all its samples are done.
+        """
         rows = list(units)
         if not rows:
             return
@@ -166,7 +173,7 @@ class Generating:
         """Nothing is made of parts."""
 
     def store(self, results: Mapping[str, GenerateResult]) -> None:
-        """Generations other ranks made, each under its request's fingerprint."""
+        """Store generations other ranks made, each under its request's fingerprint."""
         if self.engine.cache is not None:
             for fp in set(self.fingerprints[k] for k in results):
                 self.engine.cache.put_generations(fp, {k: r for k, r in results.items() if self.fingerprints[k] == fp})

@@ -39,11 +39,13 @@ class HiddenStateBackend(Protocol):
     """What a backend needs to serve HiddenStates requests."""
 
     def decoder_shape(self) -> tuple[int, int]:
-        """(decoder blocks, hidden size)."""
+        """Return the model's (decoder blocks, hidden size)."""
 
     def hidden_states(self, rows: Sequence[tuple[int, ...]], layers: Sequence[int], dtype: str) -> np.ndarray:
-        """[rows, len(layers), hidden size] of `dtype`: each block's output at each row's last
-        token; BatchTooLarge when the batch does not fit in memory."""
+        """Return [rows, len(layers), hidden size] of `dtype`: each block's output at each row's last token.
+
+        Raise BatchTooLarge when the batch does not fit in memory.
+        """
 
 
 def hidden_state_backend(backend: Any) -> HiddenStateBackend:
@@ -70,6 +72,7 @@ class HiddenReading:
         self.pending: set[str] = set()  # what no rank holds
 
     def start(self, unique: Mapping[str, HiddenStates]) -> None:
+        """Check that every request reads only blocks the model has."""
         self.started = time.perf_counter()
         blocks, _ = self.backend.decoder_shape()
         for r in unique.values():
@@ -78,7 +81,7 @@ class HiddenReading:
                                 f"{blocks} blocks (0-{blocks - 1})")
 
     def cached(self, keys: Sequence[str]) -> Iterator[dict[str, HiddenStatesResult]]:
-        """Stored states, `_READ_CHUNK` at a time (never all of them in memory)."""
+        """Yield the stored states, `_READ_CHUNK` at a time (never all of them in memory)."""
         cache = self.engine.cache
         if cache is not None:
             for start in range(0, len(keys), _READ_CHUNK):
@@ -91,11 +94,12 @@ class HiddenReading:
         """Nothing to note: a hidden-state run reports no truncation of its own."""
 
     def plan(self, unique: Mapping[str, HiddenStates], pending: set[str]) -> list[tuple[tuple, Batch]]:
+        """Return the batches holding a pending request, of the plan of them all, with their (layers, dtype)."""
         self.pending = pending
         return [(group, b) for group, b in plan_hidden(self.engine, unique) if any(k in pending for k in b.keys)]
 
     def execute(self, units: Sequence[tuple[tuple, Batch]], done: Done) -> None:
-        """Each batch's states, stored and handed on as it is done."""
+        """Compute each batch's states, storing and handing them on as it is done."""
         stats = self.engine.stats
         for (layers, dtype), batch in units:
             states = self._run([r.row.tokens for r in batch.rows], layers, dtype)
@@ -123,15 +127,18 @@ class HiddenReading:
         """Nothing is made of parts."""
 
     def store(self, results: Mapping[str, HiddenStatesResult]) -> None:
+        """Keep states in the result cache, if the run has one."""
         if self.engine.cache is not None and results:
             self.engine.cache.put_hidden(self.fingerprint, results)
 
 
 def plan_hidden(engine: Engine, unique: Mapping[str, HiddenStates]) -> list[tuple[tuple, Batch]]:
-    """The batches of ALL the requests (so a resumed run cuts the same ones), each with the
-    (layers, dtype) its requests read: longest first, ties in request order (a row's states
-    depend on its place in the batch by an ulp or so, so this order is the seed
-    extractor's), cut by the run's batch size or token budget."""
+    """Plan the batches of ALL the requests (so a resumed run cuts the same ones), each with its (layers, dtype).
+
+    Rows go longest first, ties in request order (a row's states depend on its place in the
+    batch by an ulp or so, so this order is the seed extractor's), cut by the run's batch
+    size or token budget.
+    """
     keys = list(unique)
     contexts = engine.policy.request_generation_contexts([unique[k] for k in keys])
     engine.truncated.update((k, c.dropped) for k, c in zip(keys, contexts) if c.dropped)

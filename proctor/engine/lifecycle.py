@@ -1,5 +1,7 @@
-"""One lifecycle for every request kind: dedupe, read the result cache, share the work out among
-the ranks, plan, execute, store, show progress, and merge what the ranks made.
+"""One lifecycle for every request kind, from deduplication to merging what the ranks made.
+
+Requests are deduplicated, read from the result cache, shared out among the ranks,
+planned, executed and stored, with progress shown, and the ranks' results are merged.
 
 A kind (`Kind`: loglikelihood and rolling in `proctor.engine.scoring`, generation in
 `proctor.engine.generate`, hidden states in `proctor.engine.hidden`) says only what is
@@ -41,18 +43,21 @@ class Kind(Protocol[V]):
         """Check the requests (UserError before any work) and get ready to count this call."""
 
     def cached(self, keys: Sequence[str]) -> Iterator[dict[str, V]]:
-        """Stored results of `keys`, part by part (empty without a result cache)."""
+        """Yield the stored results of `keys`, part by part (nothing without a result cache)."""
 
     def counted(self, requests: int, unique: int, cached: int) -> None:
-        """The call's size in the engine's counters (`cached`: held by some rank)."""
+        """Record the call's size in the engine's counters (`cached`: held by some rank)."""
 
     def held_everywhere(self, keys: Sequence[str]) -> None:
         """Every result is held already: note what the planning would have noted (truncation)."""
 
     def plan(self, unique: Mapping[str, Any], pending: set[str]) -> Sequence[Any]:
-        """The units of work that hold a pending request (or part of one), cut from the plan of ALL
-        the requests so that a resumed run runs the very units an uninterrupted one does; the
-        same list on every rank (noting truncation as it goes)."""
+        """Return the units of work that hold a pending request (or part of one).
+
+        They are cut from the plan of ALL the requests so that a resumed run runs the very
+        units an uninterrupted one does; the same list on every rank (noting truncation as
+        it goes).
+        """
 
     def execute(self, units: Sequence[Any], done: Done) -> None:
         """Run this rank's units; store and report (`done`) each unit's new results as it finishes."""
@@ -134,7 +139,7 @@ def serve(kind: Kind[V], requests: Sequence[Any], on_result: Callable[[int, V], 
 
 def collect(kind: Kind[V], requests: Sequence[Any], *, distributed: DistributedContext,
             progress: bool) -> list[V]:
-    """`serve`'s results as a list aligned with `requests`."""
+    """Return `serve`'s results as a list aligned with `requests`."""
     out: list[Optional[V]] = [None] * len(requests)
     serve(kind, requests, out.__setitem__, distributed=distributed, progress=progress)
     return out  # type: ignore[return-value]  # every index is set

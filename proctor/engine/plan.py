@@ -6,9 +6,9 @@ ONE row (the next-token distribution at the context's last position scores them 
 every other request gets its own row.
 
 With a backend that shares prefixes, rows that start with the same long token run
-(`find_prefix_groups`, on the clusters `proctor.engine.prefix` chooses) are batched together: the batch carries the prefix
-once and its rows hold only their suffixes, with readout positions still counted from
-the start of the full sequence.
+(`find_prefix_groups`, on the clusters `proctor.engine.prefix` chooses) are batched
+together: the batch carries the prefix once and its rows hold only their suffixes, with
+readout positions still counted from the start of the full sequence.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class Row:
 
 @dataclass(frozen=True)
 class PlannedRow:
+    """A row and the keys of the requests its readouts score."""
+
     row: Row
     keys: tuple[str, ...]      # request key of each readout, aligned with row.readouts
 
@@ -52,14 +54,16 @@ class PrefixGroup:
 
     @property
     def all_rows(self) -> tuple[PlannedRow, ...]:
+        """The group's direct rows, then its nested groups' rows."""
         return self.rows + tuple(r for n in self.nested for r in n.rows)
 
 
 def shareable(row: PlannedRow) -> tuple[int, ...]:
-    """The leading tokens of a row that no readout reads a hidden state from.
+    """Return the leading tokens of a row that no readout reads a hidden state from.
 
     A row may share only these: the hidden state at its first readout position must come
-    from the row's own forward pass."""
+    from the row's own forward pass.
+    """
     first = min(r.start for r in row.row.readouts)
     return row.row.tokens[:first]
 
@@ -97,6 +101,7 @@ class Batch:
     parents: tuple[int, ...] = ()   # empty: no row continues another
 
     def parent(self, i: int) -> int:
+        """Return the index of the row that row i continues, or -1."""
         return self.parents[i] if self.parents else -1
 
     def offset(self, i: int) -> int:
@@ -106,10 +111,12 @@ class Batch:
 
     @property
     def keys(self) -> tuple[str, ...]:
+        """The request keys of every row's readouts, in row order."""
         return tuple(k for r in self.rows for k in r.keys)
 
     @property
     def padded_tokens(self) -> int:
+        """Tokens the rows take padded to the longest: rows x longest."""
         return len(self.rows) * max(len(r.row.tokens) for r in self.rows)
 
     @property
@@ -123,7 +130,7 @@ class Batch:
         return sum(self.offset(i) + len(r.row.tokens) for i, r in enumerate(self.rows) if r.keys)
 
     def flattened(self) -> "Batch":
-        """The same rows with every segment joined back into its children (no parents)."""
+        """Return the same rows with every segment joined back into its children (no parents)."""
         if not self.parents:
             return self
         rows = []
@@ -148,6 +155,7 @@ class BatchLimits:
     max_tokens: Optional[int] = None
 
     def fits(self, n_rows: int, tokens: int) -> bool:
+        """Whether a batch of `n_rows` rows with readouts and `tokens` tokens is within both limits."""
         if self.max_rows is not None and n_rows > self.max_rows:
             return False
         return self.max_tokens is None or tokens <= self.max_tokens
@@ -162,10 +170,12 @@ class Unit:
 
     @property
     def tokens(self) -> int:
+        """Tokens the unit feeds the model: its rows' and its segment's."""
         own = sum(len(r.row.tokens) for r in self.rows)
         return own + (len(self.segment.row.tokens) if self.segment else 0)
 
     def sort_key(self) -> tuple:
+        """Return the unit's sort key: largest first, ties broken by token content, then request keys."""
         first = self.rows[0]
         head = self.segment.row.tokens if self.segment else ()
         return (-self.tokens, head + first.row.tokens, tuple(k for r in self.rows for k in r.keys))
@@ -210,8 +220,10 @@ def partition(rows: Sequence[PlannedRow], limits: BatchLimits, prefix: tuple[int
 
 
 def pack(units: Sequence[Unit], limits: BatchLimits, prefix: tuple[int, ...] = ()) -> list[Batch]:
-    """Cut units into consecutive packed batches; a unit with more rows than `max_rows`
-    is split, each part with its own copy of the segment."""
+    """Cut units into consecutive packed batches.
+
+    A unit with more rows than `max_rows` is split, each part with its own copy of the segment.
+    """
     pieces: list[Unit] = []
     step = limits.max_rows or max(len(u.rows) for u in units)
     for u in units:
@@ -244,12 +256,12 @@ def _packed_batch(units: Sequence[Unit], prefix: tuple[int, ...]) -> Batch:
 
 
 def strip_prefix(planned: PlannedRow, n: int) -> PlannedRow:
-    """The row without its first `n` tokens; readout positions stay absolute."""
+    """Return the row without its first `n` tokens; readout positions stay absolute."""
     return PlannedRow(Row(planned.row.tokens[n:], planned.row.readouts), planned.keys)
 
 
 def plan_batches(rows: Sequence[PlannedRow], limits: BatchLimits, *, share_prefixes: bool) -> list[Batch]:
-    """The batch partition of longest-first rows, optionally grouping rows by shared prefix.
+    """Return the batch partition of longest-first rows, optionally grouping rows by shared prefix.
 
     Without sharing, rows are padded into batches. With it (the backend packs rows), each
     prefix group's rows are packed into consecutive batches (a backend keeps the last

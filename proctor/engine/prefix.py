@@ -71,8 +71,11 @@ def _clusters(lcp: Sequence[int], lo: int, hi: int, depth: int, base: int = 0,
 
 
 def prefix_clusters(shares: Sequence[tuple[int, ...]]) -> list[Cluster]:
-    """The clusters worth sharing among content-sorted sequences: (lo, hi, prefix length,
-    nested clusters), each covering `shares[lo:hi]`, nested ones inside their cluster's range."""
+    """Return the clusters worth sharing among content-sorted sequences.
+
+    Each is (lo, hi, prefix length, nested clusters), covering `shares[lo:hi]`, nested ones
+    inside their cluster's range.
+    """
     lcp = [common_prefix_length(shares[i], shares[i + 1]) for i in range(len(shares) - 1)]
     _, chosen = _clusters(lcp, 0, len(shares), 0)
     return chosen

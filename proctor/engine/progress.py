@@ -46,12 +46,14 @@ class Progress:
             self._bar.start()
 
     def advance(self, requests: int, tokens: int = 0) -> None:
+        """Count `requests` as done and `tokens` as run by the model (the tok/s rate)."""
         self._tokens += tokens
         if self._bar is not None:
             elapsed = max(time.monotonic() - self._started, 1e-9)
             self._bar.update(self._task, advance=requests, tok_s=self._tokens / elapsed)
 
     def close(self) -> None:
+        """Stop the bar, leaving it on the terminal."""
         if self._bar is not None:
             self._bar.stop()
             self._bar = None

@@ -40,6 +40,7 @@ class RollingWork:
 
     @classmethod
     def expand(cls, policy: TokenizationPolicy, requests: Mapping[str, RollingLoglikelihood]) -> "RollingWork":
+        """Cut each request's text into the policy's rolling windows, one keyed chunk each."""
         found = policy.rolling_windows([r.text for r in requests.values()])
         chunks: dict[str, tuple[str, ...]] = {}
         windows: dict[str, Window] = {}
@@ -51,7 +52,7 @@ class RollingWork:
 
 
 def combine(chunks: Sequence[LoglikelihoodResult]) -> LoglikelihoodResult:
-    """A document's result from its chunks' (none: 0.0 over 0 tokens)."""
+    """Sum a document's chunk results into its own (none: 0.0 over 0 tokens)."""
     return LoglikelihoodResult(
         sum_logits=math.fsum(c.sum_logits for c in chunks),
         num_tokens=sum(c.num_tokens for c in chunks),
@@ -74,7 +75,7 @@ class RollingTally:
         return {k for k in self.owner if k not in self.results}
 
     def complete(self) -> dict[str, LoglikelihoodResult]:
-        """Requests with no chunk left to score (all stored, or none at all: an empty text)."""
+        """Return the requests with no chunk left to score (all stored, or none at all: an empty text)."""
         return {key: self._sum(key) for key, n in self.remaining.items() if n == 0}
 
     def add(self, new: Mapping[str, LoglikelihoodResult]) -> dict[str, LoglikelihoodResult]:

@@ -58,19 +58,23 @@ class Scoring:
         self.todo: set[str] = set()  # windows and chunks no rank holds
 
     def start(self, unique: Mapping[str, Scored]) -> None:
+        """Note the run's start (the engine's too) and split the requests into plain and rolling ones."""
         self.started = self.engine._started = time.perf_counter()
         self.plain, self.rolling = split(unique.values())
 
     def cached(self, keys: Sequence[str]) -> Iterator[dict[str, LoglikelihoodResult]]:
+        """Yield the stored plain results, then the stored rolling ones (finished documents)."""
         cache = self.engine.cache
         if cache is not None:
             yield cache.get_many(self.fingerprint, [k for k in keys if k in self.plain])
             yield cache.get_many(self.rolling_fp, [k for k in keys if k in self.rolling])
 
     def counted(self, requests: int, unique: int, cached: int) -> None:
+        """Reset the engine's stats to a new call of this size."""
         self.engine.stats = EngineStats(requests=requests, unique=unique, cached=cached)
 
     def held_everywhere(self, keys: Sequence[str]) -> None:
+        """Note the plain requests' truncation: read from the cache, or found by windowing them without one."""
         cache = self.engine.cache
         if cache is not None:  # noted when these were planned
             self.engine.truncated.update(cache.get_truncated(self.fingerprint, self.plain))
@@ -78,7 +82,7 @@ class Scoring:
             self.engine.note_windows(self.plain)
 
     def plan(self, unique: Mapping[str, Scored], pending: set[str]) -> list[Batch]:
-        """The batches holding a pending window or chunk, of the plan of the FULL request set."""
+        """Return the batches holding a pending window or chunk, of the plan of the FULL request set."""
         work = self.work = RollingWork.expand(self.engine.policy, self.rolling)
         batches = self.engine.plan_scored(self.plain, work)
         cache = self.engine.cache
@@ -99,8 +103,10 @@ class Scoring:
         return [b for b in batches if any(k in self.todo for k in b.keys)]
 
     def execute(self, units: Sequence[Batch], done: Done) -> None:
-        """Score this rank's batches; a batch's plain results, its chunks and the rolling requests they
-        complete are stored in one transaction."""
+        """Score this rank's batches, storing each batch's results as it is done.
+
+        A batch's chunks and the rolling requests they complete are stored in one transaction.
+        """
         assert self.chunks is not None and self.tally is not None  # planned first
         finished = self.tally.complete()  # every chunk stored already, or an empty text
         self._store(self.rolling_fp, finished)
@@ -121,8 +127,10 @@ class Scoring:
             done({**new_plain, **completed}, batch.real_tokens)
 
     def finish(self, done: Done) -> None:
-        """The chunks other ranks scored complete the rest of the rolling requests (every rank finds
-        the same, so they are not exchanged)."""
+        """Complete the rest of the rolling requests with the chunks other ranks scored.
+
+        Every rank finds the same, so the completed requests are not exchanged.
+        """
         assert self.chunks is not None and self.tally is not None  # executed first
         tally = self.tally
         received = {k: r for k, r in self.chunks.merge(lambda r: self._store(self.rolling_fp, r)).items()
@@ -143,7 +151,7 @@ class Scoring:
 
 
 def score_rows(engine: Engine, batch: Batch) -> list:
-    """The backend's results for a batch, halving it (recursively) while it runs out of memory."""
+    """Return the backend's results for a batch, halving it (recursively) while it runs out of memory."""
     rows = [r.row for r in batch.rows]
     try:
         if batch.prefix or batch.parents:

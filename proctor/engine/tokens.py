@@ -77,7 +77,8 @@ class TextEncoder(Protocol):
     bos_token_id: Optional[int]
     eos_token_id: Optional[int]
 
-    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]:
+        """Return the token ids of `text`, with the tokenizer's special tokens or without."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def split_trailing_space(context: str, continuation: str) -> tuple[str, str]:
 
 
 def prefix_token_id(tokenizer: TextEncoder) -> int:
-    """The token an empty context is replaced by (lm-eval's `prefix_token_id`)."""
+    """Return the token an empty context is replaced by (lm-eval's `prefix_token_id`)."""
     token = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if token is None:
         raise ValueError("tokenizer has neither a BOS nor an EOS token to condition an empty context on")
@@ -128,7 +129,7 @@ def window(pair: EncodedPair, max_length: int) -> Window:
 
 
 def rolling_windows(tokens: Sequence[int], prefix_token: int, max_length: int) -> list[Window]:
-    """A document's tokens as chunks of at most `max_length` targets, each scored once.
+    """Cut a document's tokens into chunks of at most `max_length` targets, each scored once.
 
     Chunk k covers targets tokens[k*max_length : (k+1)*max_length]; its inputs are the
     token before them (the prefix token for the first chunk) and all its targets but the
@@ -180,12 +181,13 @@ class TokenizationPolicy:
         self._end_of_turn: Optional[tuple[str, ...]] = None
 
     def max_length_of(self, policy: str) -> int:
+        """Return the context window of a policy ("lm_eval" or "olmes")."""
         return self.lm_eval_max_length if policy == "lm_eval" else self.max_length
 
     # ---- chat -----------------------------------------------------------------------
 
     def text(self, context: Context, policy: str = "olmes") -> str:
-        """A request's context as text: a chat rendered with the run's template."""
+        """Return a request's context as text: a chat rendered with the run's template."""
         if isinstance(context, str):
             return context
         if self.chat_template is None:
@@ -194,7 +196,7 @@ class TokenizationPolicy:
         return render(context, self.chat_template, self.tokenizer, drop_system_on_error=policy == "lm_eval")
 
     def stop(self, request: Generate) -> tuple[str, ...]:
-        """A generation's stop strings: the request's, and for a chat the template's end of turn."""
+        """Return a generation's stop strings: the request's, and for a chat the template's end of turn."""
         if not isinstance(request.context, Chat) or self.chat_template is None:
             return request.stop
         if self._end_of_turn is None:
@@ -204,8 +206,10 @@ class TokenizationPolicy:
     # ---- encoding ---------------------------------------------------------------------
 
     def _no_special_prefix(self, kind: str) -> Optional[str]:
-        """lm-eval adds no special tokens to a text that starts with this (its BOS check):
-        loglikelihood compares the decoded prefix token, generation `bos_token`."""
+        """Return the start of a text to which lm-eval adds no special tokens (its BOS check).
+
+        Loglikelihood compares the decoded prefix token, generation `bos_token`.
+        """
         if kind == "loglikelihood":
             decode: Any = getattr(self.tokenizer, "decode", None)
             return decode([self.prefix_token_id]) if decode else None
@@ -217,7 +221,8 @@ class TokenizationPolicy:
         """Token ids of each distinct text; a fast tokenizer encodes them in parallel batches.
 
         The OLMES policy never adds special tokens; the lm-eval one adds the tokenizer's
-        unless the text starts with its BOS (`_no_special_prefix`)."""
+        unless the text starts with its BOS (`_no_special_prefix`).
+        """
         distinct = list(dict.fromkeys(texts))
         if policy != "lm_eval":
             return self._encode_plain(distinct, special=False)
@@ -238,6 +243,11 @@ class TokenizationPolicy:
         return {t: tuple(x) for t, x in zip(distinct, ids)}
 
     def encode_many(self, pairs: Sequence[tuple[str, str]], policy: str = "olmes") -> list[EncodedPair]:
+        """Encode (context, continuation) pairs; the continuation's tokens are those context+continuation adds.
+
+        The context's trailing whitespace moves to the continuation first. An empty context
+        becomes the prefix token (taken from the continuation when it already starts with it).
+        """
         moved = [split_trailing_space(c, x) for c, x in pairs]
         encoded = self._encode_texts([t for c, x in moved if c != "" for t in (c, c + x)], policy)
         # an empty context: the continuation alone, without special tokens (both policies)
@@ -259,9 +269,11 @@ class TokenizationPolicy:
         return out
 
     def encode(self, context: str, continuation: str, policy: str = "olmes") -> EncodedPair:
+        """Encode one (context, continuation) pair (see `encode_many`)."""
         return self.encode_many([(context, continuation)], policy)[0]
 
     def window(self, context: str, continuation: str, policy: str = "olmes") -> Window:
+        """Return one pair's window, left-truncated to the policy's context window."""
         return window(self.encode(context, continuation, policy), self.max_length_of(policy))
 
     def windows(self, pairs: Sequence[tuple[str, str]], policy: str = "olmes") -> list[Window]:
@@ -310,8 +322,10 @@ class TokenizationPolicy:
         return out
 
     def request_generation_contexts(self, requests: Sequence[Union[Generate, HiddenStates]]) -> list[GenerationContext]:
-        """Each generation (or hidden-state) request's model input, under its own policy, chats
-        rendered: room for its new tokens left in the window, and at most its `max_prompt_tokens`."""
+        """Return each generation (or hidden-state) request's model input, under its own policy, chats rendered.
+
+        Room for its new tokens is left in the window, and it keeps at most its `max_prompt_tokens`.
+        """
         def run(group: list[Union[Generate, HiddenStates]], policy: str) -> list[GenerationContext]:
             texts = self._texts([r.context for r in group], policy)
             n = self.max_length_of(policy)

@@ -41,7 +41,7 @@ class BergsonScores:
 
 
 def _steps_config(directory: Path) -> dict:
-    """The first step of Bergson's config.yaml in `directory` ({} when there is none)."""
+    """Return the first step of Bergson's config.yaml in `directory` ({} when there is none)."""
     import yaml
 
     try:
@@ -58,7 +58,7 @@ def _mapping(value: Any) -> dict:
 
 
 def read_scores(directory: Path) -> BergsonScores:
-    """The scores in a `bergson score` run directory; UserError for anything else."""
+    """Read the scores in a `bergson score` run directory; UserError for anything else."""
     directory = Path(directory)
     not_scores = f"{directory} is not a Bergson score directory (info.json and scores.bin from `bergson score`)"
     try:
@@ -101,7 +101,7 @@ def read_scores(directory: Path) -> BergsonScores:
 
 
 def _candidates(directory: Path, num_items: int) -> np.ndarray:
-    """The training row of each store row: a candidates run's map (candidates.npy), else itself."""
+    """Return the training row of each store row: a candidates run's map (candidates.npy), else itself."""
     path = directory / "candidates.npy"
     if not path.exists():
         return np.arange(num_items, dtype=np.int64)
@@ -137,7 +137,7 @@ def check_same_queries(export_dir: Path, export_labels: list, scores: BergsonSco
 
 
 def _export_rows(export_dir: Path, manifest: ExportManifest) -> Any:
-    """The export's dataset, as many rows as its manifest says."""
+    """Load the export's dataset, refusing it unless it has as many rows as its manifest says."""
     from datasets import load_from_disk
 
     try:
@@ -151,7 +151,7 @@ def _export_rows(export_dir: Path, manifest: ExportManifest) -> Any:
 
 
 def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None) -> tuple[Any, ExportManifest]:
-    """The joined table (a pyarrow Table with the module docstring's columns) and the export's manifest."""
+    """Return the joined table (a pyarrow Table with the module docstring's columns) and the export's manifest."""
     import pyarrow as pa
 
     export_dir, scores_dir = Path(export_dir), Path(scores_dir)
@@ -188,8 +188,10 @@ def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None)
 
 def join_scores(export_dir: Path, scores_dir: Path, output: Optional[Path] = None, *,
                 top: Optional[int] = None) -> tuple[Path, int]:
-    """Write the joined table (default: `attribution.parquet` in the export's run directory, beside
-    its sidecar); returns its path and row count."""
+    """Write the joined table; return its path and row count.
+
+    The default path is `attribution.parquet` in the export's run directory, beside its sidecar.
+    """
     import pyarrow.parquet as pq
 
     from proctor.outputs.owned import check_output_file, write_owned_file

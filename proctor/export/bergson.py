@@ -94,10 +94,12 @@ class ExportManifest:
     format: str = FORMAT
 
     def to_json(self) -> str:
+        """Return the manifest as the indented JSON text `export.json` holds."""
         return json.dumps(asdict(self), indent=1) + "\n"
 
 
 def read_manifest(export_dir: Path) -> ExportManifest:
+    """Read and check an export's `export.json`; UserError when the directory is not a proctor Bergson export."""
     path = Path(export_dir) / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -138,7 +140,7 @@ def _requests(run_dir: Path, task: str) -> dict[str, dict[int, dict]]:
 
 
 def _context(row: dict, path: str) -> str:
-    """A request row's prompt as the model saw it: the text, or a chat as the run rendered it."""
+    """Return a request row's prompt as the model saw it: the text, or a chat as the run rendered it."""
     request = row["request"]
     context = request.get("context")
     if isinstance(context, str):
@@ -151,7 +153,7 @@ def _context(row: dict, path: str) -> str:
 
 
 def _request_context(context: Any) -> Any:
-    """The Context a requests.jsonl `context` field was written from."""
+    """Rebuild the Context a requests.jsonl `context` field was written from."""
     if isinstance(context, str):
         return context
     return Chat(tuple(Message(m["role"], m["content"]) for m in context["messages"]),
@@ -159,7 +161,7 @@ def _request_context(context: Any) -> Any:
 
 
 def _scored_request(row: dict, path: str) -> Loglikelihood:
-    """The Loglikelihood request a row describes, checked against the key the run stored."""
+    """Rebuild the Loglikelihood request a row describes, checked against the key the run stored."""
     request = row["request"]
     try:
         scored = Loglikelihood(_request_context(request["context"]), request["continuation"],
@@ -312,8 +314,11 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
 
 
 def _transformers_model(model: str) -> Optional[str]:
-    """Where Bergson can load the run's model from: a hub id or a transformers directory
-    (a GGUF's converted copy, made when the run loaded it); None when there is none."""
+    """Return where Bergson can load the run's model from: a hub id or a transformers directory.
+
+    For a GGUF that is its converted copy (`converted_gguf_dir`, which converts it on first
+    use); None when there is none.
+    """
     from proctor.backends.models import converted_gguf_dir
     from proctor.backends.sources import classify_source
 

@@ -75,10 +75,12 @@ def _norm(text: str) -> str:
 
 
 def make_fact_id(relation_id: str, subject: str, obj: str) -> str:
+    """Return a fact's stable id, a hash of its relation and normalised subject and object."""
     return "fact_" + _digest(relation_id, _norm(subject), _norm(obj))[:12]
 
 
 def make_query_id(fact_id: str, family: str, language: str, template_id: str) -> str:
+    """Return a query's stable id, a hash of its fact, condition family, language and template."""
     return "query_" + _digest(fact_id, family, language, template_id)[:12]
 
 
@@ -191,7 +193,7 @@ def _cap(entries: Sequence[_Entry], limit: Optional[int], seed: int) -> list[_En
 # --- rows ---------------------------------------------------------------------------------
 
 def render_cloze(pattern: str, subject: str) -> str:
-    """A ParaRel pattern as a fill-in-the-blank prompt: [X] = subject, [Y] = ___."""
+    """Render a ParaRel pattern as a fill-in-the-blank prompt: [X] = subject, [Y] = ___."""
     text = re.sub(r"\s+([.,])", r"\1", " ".join(pattern.split())).strip().rstrip(",").strip()
     if text[:1].islower():
         text = text[0].upper() + text[1:]
@@ -328,6 +330,8 @@ class _RowMaker:
 
 @dataclass
 class BuiltBank:
+    """A freshly built bank: its rows, the build's report, and what its header records."""
+
     rows: list[dict]
     report: dict          # counts per family/source/relation, facts, skipped reasons
     options: dict         # the build options, as written in the header
@@ -335,6 +339,7 @@ class BuiltBank:
 
     @property
     def header_extra(self) -> dict:
+        """The header fields the build adds: its options and the sources it read."""
         return {"options": self.options, "sources": self.sources}
 
 
@@ -347,7 +352,7 @@ def build_bank(data_dir: Optional[PathLike], *,
                facts_per_relation: Optional[int] = DEFAULT_FACTS_PER_RELATION,
                languages: Sequence[str] = DEFAULT_LANGUAGES, sources: Sequence[str] = SOURCES,
                seed: int = 0) -> BuiltBank:
-    """The query bank from <data dir>/factual/ (data_dir None: $PROCTOR_DATA_DIR).
+    """Build the query bank from <data dir>/factual/ (data_dir None: $PROCTOR_DATA_DIR).
 
     `facts_per_relation` caps the facts of each (source, relation), None keeps all;
     `languages` are the BMLAMA-17 languages of the crosslingual family.
@@ -398,18 +403,21 @@ def build_bank(data_dir: Optional[PathLike], *,
 # --- file format --------------------------------------------------------------------------
 
 def canonical_row(row: Mapping[str, Any]) -> str:
+    """Return a row as compact JSON with sorted keys, the form the bank's version hashes."""
     return json.dumps(row, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def bank_version(rows: Iterable[Mapping[str, Any]]) -> str:
-    """sha256 of the canonical rows joined with newlines."""
+    """Return the sha256 of the canonical rows joined with newlines."""
     return hashlib.sha256("\n".join(canonical_row(r) for r in rows).encode("utf-8")).hexdigest()
 
 
 def write_bank(path: PathLike, rows: Sequence[Mapping[str, Any]],
                header_extra: Optional[Mapping[str, Any]] = None) -> str:
-    """Write the header line and the canonical rows atomically; returns the version. An existing
-    file at `path` is replaced only when proctor wrote it and nobody changed it since."""
+    """Write the header line and the canonical rows atomically; return the version.
+
+    An existing file at `path` is replaced only when proctor wrote it and nobody changed it since.
+    """
     problems = validate_rows(rows)
     if problems:
         raise UserError(f"refusing to write an invalid query bank to {path}: "
@@ -425,16 +433,19 @@ def write_bank(path: PathLike, rows: Sequence[Mapping[str, Any]],
 
 @dataclass
 class Bank:
+    """A query bank as read: its rows, its version and its header."""
+
     rows: list[dict]
     version: str
     header: dict          # {} for a bank without a header line
 
     def main_forward_rows(self) -> list[dict]:
-        """The rows that get hidden states, in bank order."""
+        """Return the rows that get hidden states, in bank order."""
         return main_forward_rows(self.rows)
 
 
 def main_forward_rows(rows: Iterable[Mapping[str, Any]]) -> list:
+    """Return the rows marked `use_for_main_forward` (those that get hidden states), in order."""
     return [r for r in rows if r["use_for_main_forward"]]
 
 
@@ -509,7 +520,7 @@ def validate_rows(rows: Sequence[Mapping[str, Any]], lines: Optional[Sequence[in
 
 
 def read_bank(path: PathLike) -> Bank:
-    """A bank file: a header line and rows, or rows alone (a user's bank; version computed)."""
+    """Read a bank file: a header line and rows, or rows alone (a user's bank; version computed)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"query bank not found: {path}; build one first or pass the path of an "

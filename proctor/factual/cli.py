@@ -113,7 +113,7 @@ def add_parser(sub: Any) -> None:
 
 
 def model_name(model: str, name: Optional[str]) -> str:
-    """A file-name-safe model name: --name, else the model's last path component."""
+    """Return a file-name-safe model name: --name, else the model's last path component."""
     raw = name or Path(model.rstrip("/")).name.removesuffix(".gguf")
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", raw).strip("-.")
     if not safe:
@@ -122,6 +122,10 @@ def model_name(model: str, name: Optional[str]) -> str:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    """Run the `proctor factual` step `args` names; a model step opens the model's runtime first.
+
+    Returns the exit status.
+    """
     if getattr(args, "output_dir", None) is not None:
         _check_output_dir(Path(args.output_dir))  # before any bank, data or model work
     if args.step not in MODEL_STEPS:
@@ -153,6 +157,7 @@ def _csv(value: Optional[str]) -> Optional[list[str]]:
 
 
 def cmd_bank(args: argparse.Namespace) -> int:
+    """Run `proctor factual bank`: build the bank from the data directory's sources and write it."""
     from proctor.data import resolve_data_dir
     from proctor.factual.bank import build_bank, write_bank
     from proctor.outputs.owned import check_output_file
@@ -179,7 +184,7 @@ def cmd_bank(args: argparse.Namespace) -> int:
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
-    """The run options of a model step: its flags, the seed's decoding seed and OLMES's window."""
+    """Return the run options of a model step: its flags, the seed's decoding seed and OLMES's window."""
     from proctor.defaults import DEFAULT_MAX_LENGTH
     from proctor.factual.prompts import DECODING
 
@@ -201,6 +206,7 @@ def _scored_path(args: argparse.Namespace, name: str) -> Path:
 
 
 def cmd_generate(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
+    """Run `proctor factual generate`: every query's greedy generation, written by rank 0 with provenance."""
     from proctor.factual.generate import generate, provenance_path
 
     name = model_name(args.model, args.name)
@@ -223,6 +229,7 @@ def cmd_generate(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """Run `proctor factual validate`: check a generations file against the bank; 1 when it is not scorable."""
     from proctor.factual.validate import read_jsonl, validate_generations
 
     bank = _bank(args)
@@ -239,6 +246,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_score(args: argparse.Namespace, bank: Optional[Bank] = None) -> int:
+    """Run `proctor factual score`: write the scored rows and their summary; 1 when the generations cannot be scored."""
     from proctor.factual.prompts import template_key
     from proctor.factual.report import print_summary
     from proctor.factual.score import score_generations, summaries
@@ -270,6 +278,7 @@ def cmd_score(args: argparse.Namespace, bank: Optional[Bank] = None) -> int:
 
 
 def cmd_hidden(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
+    """Run `proctor factual hidden`: the main-forward queries' last-token hidden states, written by rank 0."""
     from proctor.factual.hidden import extract_hidden
 
     name = model_name(args.model, args.name)
@@ -283,6 +292,7 @@ def cmd_hidden(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
 
 
 def cmd_metrics(args: argparse.Namespace, bank: Optional[Bank] = None) -> int:
+    """Run `proctor factual metrics`: ISS and KTS per condition from the scored rows and hidden states."""
     from proctor.factual.hidden import load_hidden
     from proctor.factual.metrics import factual_metrics
     from proctor.factual.report import print_metrics
@@ -312,6 +322,7 @@ def _print_protocol(template: Optional["ChatTemplate"]) -> None:
 
 
 def cmd_run(args: argparse.Namespace, bank: Bank, engine: Engine) -> int:
+    """Run `proctor factual run`: generate and extract on every rank, then score and compute metrics on rank 0."""
     name = model_name(args.model, args.name)
     cmd_generate(args, bank, engine)
     cmd_hidden(args, bank, engine)

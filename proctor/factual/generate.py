@@ -42,6 +42,8 @@ PROVENANCE_FORMAT = "proctor-factual-generations-provenance/1"
 
 @dataclass
 class GenerationStats:
+    """What one `generate` call did: the file, its rows, and the prompts and tokens it generated."""
+
     out_path: Path
     rows: int                 # rows of the bank
     cached: int               # distinct prompts the result cache held (an earlier, interrupted run)
@@ -52,7 +54,7 @@ class GenerationStats:
 
 
 def factual_request(row: Mapping, chat: bool) -> Generate:
-    """A bank row's greedy request: the seed's prompt, or that prompt as one user turn."""
+    """Return a bank row's greedy request: the seed's prompt, or that prompt as one user turn."""
     prompt = build_prompt(row)
     if chat:
         return Generate(Chat((Message("user", prompt),)), max_gen_toks=DECODING.max_new_tokens,
@@ -62,6 +64,7 @@ def factual_request(row: Mapping, chat: bool) -> Generate:
 
 
 def unique_query_ids(rows: Sequence[Mapping]) -> list[str]:
+    """Return the rows' query ids, refusing a bank in which one occurs twice."""
     ids = [row["query_id"] for row in rows]
     if len(set(ids)) != len(ids):
         dup = next(q for q, n in Counter(ids).items() if n > 1)
@@ -113,11 +116,12 @@ def generate(
 
 
 def provenance_path(out_path: Path) -> Path:
+    """Return the provenance file beside a generations file: `<stem>.provenance.json`."""
     return out_path.with_name(f"{out_path.stem}.provenance.json")
 
 
 def model_record(engine: Engine, template: Optional[ChatTemplate]) -> dict[str, Any]:
-    """What a factual file records about the model that made it (as metrics.json does)."""
+    """Return what a factual file records about the model that made it (as metrics.json does)."""
     backend = engine.backend
     return {"fingerprint": backend.fingerprint, "dtype": str(backend.dtype).removeprefix("torch."),
             "device": str(backend.device), "backend_config": backend.config_record(),
@@ -126,7 +130,7 @@ def model_record(engine: Engine, template: Optional[ChatTemplate]) -> dict[str, 
 
 def generation_row(row: Mapping, prompt: str, result: GenerateResult, model_name: str,
                    record: Optional[dict[str, str]]) -> dict:
-    """The seed's generations row for one query (and its chat template, if any)."""
+    """Build the seed's generations row for one query (and its chat template, if any)."""
     sample = result.samples[0]
     ended = sample.finish_reason != "length"  # the engine counts the EOS / end-of-turn token (a server may not)
     out = {
@@ -150,8 +154,10 @@ def _line(obj: Mapping) -> str:
 
 def _check_final(out_path: Path, query_ids: list[str], model_name: str,
                  record: Optional[dict[str, str]]) -> None:
-    """An existing final file must hold exactly these queries for this model and prompt format;
-    else refuse to overwrite it."""
+    """Refuse to overwrite an existing final file unless it holds exactly these queries.
+
+    It must hold them for this model and prompt format.
+    """
     not_ours = UserError(f"{out_path} exists but is not a generations file; delete it or choose another "
                          "output path")
     try:

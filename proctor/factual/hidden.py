@@ -47,7 +47,7 @@ def stored_layers(num_layers: int) -> list[int]:
 
 
 def hidden_request(row: Mapping, layers: Sequence[int], chat: bool) -> HiddenStates:
-    """The states of the prompt a row's generation reads, at its last token, as float16."""
+    """Build the request for the states of the prompt a row's generation reads, at its last token, as float16."""
     prompt = factual_request(row, chat)
     return HiddenStates(prompt.context, tuple(layers), max_prompt_tokens=prompt.max_prompt_tokens,
                         dtype="float16", policy=prompt.policy)
@@ -55,9 +55,11 @@ def hidden_request(row: Mapping, layers: Sequence[int], chat: bool) -> HiddenSta
 
 def extract_hidden(rows: Sequence[Mapping], engine: Engine, out_dir: Path, *, model_name: str,
                    bank_version: str, write: bool = True) -> HiddenIndex:
-    """Write the hidden states of the `use_for_main_forward` rows into `out_dir` (nothing to do
-    when it holds this extraction finished). `write=False` (the other ranks of a torchrun
-    launch) computes but writes nothing."""
+    """Write the hidden states of the `use_for_main_forward` rows into `out_dir`.
+
+    Nothing is done when it holds this extraction finished. `write=False` (the other ranks of
+    a torchrun launch) computes but writes nothing.
+    """
     out_dir = Path(out_dir)
     main = [row for row in rows if row["use_for_main_forward"]]
     if not main:

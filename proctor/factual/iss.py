@@ -46,6 +46,8 @@ class Outcome(NamedTuple):
 
 @dataclass
 class FactISS:
+    """One fact's ISS and ISS-rank in one condition, and its outcome pair."""
+
     fact_id: str
     relation: str
     iss: float          # NaN when the relation is too small
@@ -55,6 +57,8 @@ class FactISS:
 
 @dataclass
 class ConditionISS:
+    """ISS of one condition: its mean with CI, layer profile, ISS-rank, outcome split and facts."""
+
     condition: str
     iss: float
     ci_low: float
@@ -71,6 +75,7 @@ class ConditionISS:
     facts: list[FactISS] = field(default_factory=list)
 
     def to_dict(self, include_facts: bool = True) -> dict:
+        """Return the condition as JSON values (NaN as null), with or without its per-fact rows."""
         out = {k: _json(v) for k, v in asdict(self).items() if k not in ("by_outcome", "facts", "per_layer")}
         out["per_layer"] = {str(layer): _json(v) for layer, v in self.per_layer.items()}
         out["by_outcome"] = {k: {"n": o.n, "mean": _json(o.mean)} for k, o in self.by_outcome.items()}
@@ -81,6 +86,8 @@ class ConditionISS:
 
 @dataclass
 class ISSReport:
+    """ISS of every non-anchor condition, with the settings it was computed under."""
+
     layers: list[int]
     min_facts: int
     n_boot: int
@@ -88,6 +95,7 @@ class ISSReport:
     conditions: dict[str, ConditionISS]
 
     def to_dict(self, include_facts: bool = True) -> dict:
+        """Return the report as JSON values (NaN as null), with or without the per-fact rows."""
         return {"layers": self.layers, "min_facts": self.min_facts, "n_boot": self.n_boot, "seed": self.seed,
                 "conditions": {c: r.to_dict(include_facts) for c, r in self.conditions.items()}}
 
@@ -148,8 +156,11 @@ def compute_iss(rows: Sequence[Mapping], states: Mapping[int, np.ndarray],
 
 
 def pair_stats(m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """From M[f,g] = <ĥ(f,anchor), ĥ(g,c)> of one relation: s (diagonal), null (off-diagonal row
-    means) and the fraction of a row's off-diagonal entries strictly below its diagonal."""
+    """Split M[f,g] = <ĥ(f,anchor), ĥ(g,c)> of one relation into s, null and rank.
+
+    s is the diagonal, null the off-diagonal row means, and rank the fraction of a row's
+    off-diagonal entries strictly below its diagonal.
+    """
     n = m.shape[0]
     s = np.diag(m).copy()
     off = ~np.eye(n, dtype=bool)

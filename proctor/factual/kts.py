@@ -1,5 +1,6 @@
-"""KTS — Knowledge Transfer Score: does the anchor's "knows it" direction read condition c too?
-(spec: factual.md, KTS).
+"""KTS — Knowledge Transfer Score: whether the anchor's "knows it" direction reads condition c too.
+
+Spec: factual.md, KTS.
 
 For each condition c != anchor, over the facts that have an anchor row and a c row with usable
 labels on both (correct = 1, incorrect = 0; ambiguous, unparseable and unlabelled rows out;
@@ -44,6 +45,8 @@ DEFAULT_CS = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)   # larger C: slow lbfgs, rarely chos
 
 @dataclass(frozen=True)
 class ProbeConfig:
+    """Settings of the KTS probes: folds, the C grid, the seed, and when KTS is defined."""
+
     n_splits: int = 5                       # outer cross-fitting folds
     inner_splits: int = 3                   # inner CV folds that choose C (and the "best" layer)
     Cs: tuple[float, ...] = DEFAULT_CS
@@ -55,6 +58,8 @@ class ProbeConfig:
 
 @dataclass
 class FactKTS:
+    """One fact's labels, outer fold, out-of-fold anchor-probe probabilities and KTS(f,c) in one condition."""
+
     fact_id: str
     subject: str
     fold: int
@@ -67,6 +72,8 @@ class FactKTS:
 
 @dataclass
 class ConditionKTS:
+    """KTS of one condition: its AUROCs, KTS, KTS-gap and KTS_beh, and the facts behind them."""
+
     condition: str
     n_facts: int
     n_subjects: int
@@ -84,6 +91,7 @@ class ConditionKTS:
     facts: list[FactKTS] = field(default_factory=list)
 
     def to_dict(self, include_facts: bool = True) -> dict:
+        """Return the condition as a plain dict, with or without its per-fact rows."""
         out = asdict(self)
         if not include_facts:
             out.pop("facts")
@@ -92,6 +100,8 @@ class ConditionKTS:
 
 @dataclass
 class KTSReport:
+    """KTS of every non-anchor condition under one label variant and layer mode."""
+
     variant: str        # "main" or "abstain_as_incorrect"
     layer: str          # "mean" or "best"
     layers: list[int]
@@ -99,6 +109,7 @@ class KTSReport:
     conditions: dict[str, ConditionKTS]
 
     def to_dict(self, include_facts: bool = True) -> dict:
+        """Return the report as a plain dict, with or without the per-fact rows."""
         return {"variant": self.variant, "layer": self.layer, "layers": self.layers,
                 "config": asdict(self.config),
                 "conditions": {c: r.to_dict(include_facts) for c, r in self.conditions.items()}}
@@ -119,7 +130,7 @@ def kts_score(a0: float, a0_to_c: float) -> float:
 
 
 def kts_behavioural(err_anchor: float, err_cond: float) -> float:
-    """The published behavioural KTS (Aggarwal et al. 2025): 1 when error rates match, -> 0 apart."""
+    """Return the published behavioural KTS (Aggarwal et al. 2025): 1 when error rates match, -> 0 apart."""
     return 2 * (1 / (abs(err_anchor - err_cond) + 1) - 0.5)
 
 
@@ -144,7 +155,7 @@ def standardiser(x_train: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mean_states(states: Mapping[int, np.ndarray]) -> np.ndarray:
-    """The average of the stored layers' states, float32, accumulated one layer at a time."""
+    """Average the stored layers' states in float32, accumulating one layer at a time."""
     total: np.ndarray | None = None
     for layer in sorted(states):
         x = np.asarray(states[layer], dtype=np.float32)
@@ -266,8 +277,11 @@ def _condition(c: str, facts: list, states: Mapping[int, np.ndarray], features: 
 def _best_layers(states: Mapping[int, np.ndarray], layers: list[int], i0: np.ndarray, ic: np.ndarray,
                  y0: np.ndarray, groups: np.ndarray, folds: np.ndarray, p0: np.ndarray, pc: np.ndarray,
                  cfg: ProbeConfig) -> list[int]:
-    """Per outer fold, the layer with the best inner-CV AUROC of the anchor probe on the fold's
-    anchor training facts; fills p0/pc with that layer's out-of-fold predictions."""
+    """Return, per outer fold, the layer whose anchor probe has the best inner-CV AUROC.
+
+    The AUROC is over the fold's anchor training facts; p0/pc are filled with that layer's
+    out-of-fold predictions.
+    """
     best = [(-math.inf, layers[0])] * cfg.n_splits
     for lay in layers:
         x0 = np.asarray(states[lay][i0], dtype=np.float32)
@@ -294,7 +308,10 @@ def _anchor_probe(x0: np.ndarray, xc: np.ndarray, y0: np.ndarray, groups: np.nda
 
 def _cond_probe(x0: np.ndarray, xc: np.ndarray, yc: np.ndarray, groups: np.ndarray, train: np.ndarray,
                 test: np.ndarray, cfg: ProbeConfig) -> np.ndarray:
-    """The within-c probe, on states standardised with the fold's anchor-training statistics."""
+    """Fit the within-c probe, on states standardised with the fold's anchor-training statistics.
+
+    Returns its probabilities on the fold's held-out c states.
+    """
     mu, sd = standardiser(x0[train])
     model, _ = _fit((xc[train] - mu) / sd, yc[train], groups[train], cfg)
     return _proba(model, (xc[test] - mu) / sd)

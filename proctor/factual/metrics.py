@@ -45,8 +45,11 @@ def check_same_prompts(scored: Sequence[Any], hidden: HiddenStateFiles, source: 
 
 def factual_metrics(bank: Bank, scored: Sequence[Any], hidden: HiddenStateFiles, *, model: str,
                     bootstrap: int = 1000, kts_layer: str = "mean", source: str = "scored rows") -> dict:
-    """ISS per condition (with CI, layer profile, outcome split, ISS-rank) and KTS (main and
-    abstain-as-incorrect variants), as one JSON-ready dict."""
+    """Compute ISS and KTS per condition, as one JSON-ready dict.
+
+    ISS comes with its CI, layer profile, outcome split and ISS-rank; KTS in its main and
+    abstain-as-incorrect variants.
+    """
     if hidden.index.bank_version != bank.version:
         raise UserError(f"the hidden states were extracted from bank {hidden.index.bank_version[:12]}, not "
                         f"this bank ({bank.version[:12]}); rerun `proctor factual hidden` for this bank")

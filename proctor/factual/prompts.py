@@ -27,24 +27,24 @@ CONDITION_FAMILIES = ("anchor", "paraphrase", "reverse", "recognition", "crossli
 
 
 def build_prompt(row: Mapping) -> str:
-    """The seed's `runner/eval_run.py:build_prompt`, exactly."""
+    """Build a row's prompt exactly as the seed's `runner/eval_run.py:build_prompt` does."""
     if row["condition_family"] == "anchor":
         return PROMPT.format(q=row["query"])
     return f"{row['query']}\nAnswer:"
 
 
 def template_record(template: Optional[ChatTemplate]) -> Optional[dict[str, str]]:
-    """What rows and headers record about the prompt format: None for the seed's protocol."""
+    """Return what rows and headers record about the prompt format: None for the seed's protocol."""
     return None if template is None else {"origin": template.origin, "digest": template.digest}
 
 
 def template_key(record: Any) -> str:
-    """A comparable form of a recorded `chat_template` value (None, a record, or anything read)."""
+    """Return a comparable form of a recorded `chat_template` value (None, a record, or anything read)."""
     return json.dumps(record, sort_keys=True, ensure_ascii=False)
 
 
 def describe_template(record: Any) -> str:
-    """A recorded `chat_template` value in words."""
+    """Describe a recorded `chat_template` value in words."""
     if record is None:
         return "no chat template (the seed's protocol)"
     if isinstance(record, Mapping):
@@ -53,7 +53,7 @@ def describe_template(record: Any) -> str:
 
 
 def protocol_note(record: Any) -> Optional[str]:
-    """The protocol difference a recorded chat template makes; None for the seed's protocol."""
+    """Return the protocol difference a recorded chat template makes; None for the seed's protocol."""
     if record is None:
         return None
     return (f"protocol difference: prompts were rendered with {describe_template(record)} instead of the "
@@ -76,6 +76,6 @@ DECODING = Decoding()
 
 
 def condition_of(row: Mapping) -> str:
-    """The condition a query belongs to for ISS/KTS: its family, per language for crosslingual."""
+    """Return the condition a query belongs to for ISS/KTS: its family, per language for crosslingual."""
     family = row["condition_family"]
     return f"crosslingual:{row['language']}" if family == "crosslingual" else family

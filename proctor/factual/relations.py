@@ -16,12 +16,16 @@ from typing import Optional
 
 @dataclass(frozen=True)
 class Template:
+    """A question template and its stable id."""
+
     template_id: str   # e.g. "eq:P19", "popqa:place of birth", "proctor:P1001"
     text: str          # with [X] (and [Y] for reverse templates)
 
 
 @dataclass(frozen=True)
 class Relation:
+    """A Wikidata relation of the bank: its question templates and the kind of answer it asks for."""
+
     relation_id: str                   # Wikidata property id
     name: str                          # readable snake_case
     question: Template                 # canonical question asking for the object
@@ -32,6 +36,7 @@ class Relation:
     source_questions: dict[str, Template] = field(default_factory=dict)  # source -> its anchor
 
     def anchor_for(self, source: str) -> Template:
+        """Return the anchor question for a source's facts: the source's own, else the canonical one."""
         return self.source_questions.get(source, self.question)
 
     def question_templates(self) -> tuple[Template, ...]:
@@ -96,7 +101,7 @@ def _pq(prop: str) -> Template:
 def _rel(pid: str, name: str, question: Template, paraphrases: list[Template], answer_type: str,
          granularity: str = "entity", reverse: Optional[Template] = None,
          popqa: Optional[str] = None) -> Relation:
-    """A relation; `popqa` names the PopQA property whose template anchors PopQA's facts.
+    """Build a relation; `popqa` names the PopQA property whose template anchors PopQA's facts.
 
     A PopQA template that differs from the canonical question is also a paraphrase.
     """
@@ -248,4 +253,5 @@ def relation_sort_key(relation_id: str) -> tuple[int, str]:
 
 
 def fill(template: str, subject: str = "", obj: str = "") -> str:
+    """Put `subject` in place of [X] and `obj` in place of [Y]."""
     return template.replace("[X]", subject).replace("[Y]", obj)

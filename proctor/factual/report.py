@@ -43,7 +43,7 @@ def print_summary(summary: Mapping, console: Optional[Console] = None) -> None:
 
 
 def print_protocol(record: object, console: Optional[Console] = None) -> None:
-    """The protocol difference of a chat-formatted run (nothing for the seed's protocol)."""
+    """Print the protocol difference of a chat-formatted run (nothing for the seed's protocol)."""
     note = protocol_note(record)
     if note is not None:
         (console or wide_console()).print(note, soft_wrap=True, markup=False, highlight=False)
@@ -59,15 +59,17 @@ def _metric_table(title: str, columns: tuple[str, ...]) -> Table:
 
 
 def _why(entry: Mapping, figure: str) -> str:
-    """The recorded reason a figure is undefined; blank when it is defined."""
+    """Return the recorded reason a figure is undefined; blank when it is defined."""
     if entry[figure] is not None:
         return ""
     return entry.get("reason") or "no reason recorded"
 
 
 def print_metrics(result: Mapping, console: Optional[Console] = None) -> None:
-    """ISS (with its CI and ISS-rank), then KTS (with A0, A0→c, Ac), per condition; an undefined
-    figure's row says why."""
+    """Print ISS (with its CI and ISS-rank), then KTS (with A0, A0→c, Ac), per condition.
+
+    An undefined figure's row says why.
+    """
     console = console or wide_console()
     model = result.get("model", "")
     iss_table = _metric_table(f"ISS: {model}", ("condition", "facts", "ISS", "95% CI", "ISS-rank"))

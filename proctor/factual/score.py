@@ -32,7 +32,7 @@ def check_generations(bank: Sequence[Mapping], generations: Sequence[Any], sourc
 
 
 def scored_row(row: Mapping, gen: Mapping, model: Optional[str]) -> dict:
-    """The seed's scored row for one generation (plus `popqa_match`, the secondary rule)."""
+    """Build the seed's scored row for one generation (plus `popqa_match`, the secondary rule)."""
     raw = gen["raw_response"]
     score = score_response(raw, row["aliases"], row.get("distractors", ()), row["language"],
                            gen.get("finish_reason"))

@@ -74,7 +74,7 @@ class Score:
 
 
 def _extract(raw_response: str) -> tuple[str, list[str]]:
-    """The answer span and the flags its extraction raised."""
+    """Return the answer span and the flags its extraction raised."""
     flags: list[str] = []
     text = raw_response.lstrip()
     echoed = _ECHO.match(text)
@@ -103,7 +103,7 @@ def _extract(raw_response: str) -> tuple[str, list[str]]:
 
 
 def extract_span(raw_response: str) -> str:
-    """The answer span of a raw continuation (spec step 1)."""
+    """Return the answer span of a raw continuation (spec step 1)."""
     return _extract(raw_response)[0]
 
 

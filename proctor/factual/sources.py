@@ -48,6 +48,8 @@ class Cloze:
 
 @dataclass
 class Fact:
+    """One fact read from a source: relation, subject, object and the accepted answers."""
+
     relation_id: str
     subject: str
     object: str
@@ -59,6 +61,8 @@ class Fact:
 
 @dataclass
 class SourceRead:
+    """What reading one source gave: its facts, what it skipped and why, and the files it read."""
+
     facts: list[Fact]
     skipped: Counter               # reason -> count
     files: dict[str, str]          # relative path -> sha256 of the file
@@ -66,12 +70,15 @@ class SourceRead:
 
 @dataclass(frozen=True)
 class ParaRelPattern:
+    """One ParaRel cloze pattern of a relation ([X] subject, [Y] object)."""
+
     relation_id: str
     index: int                     # position among the relation's patterns, in file order
     pattern: str                   # "[X] was born in [Y] ."
 
 
 def factual_dir(data_dir: Optional[Path | str]) -> Path:
+    """Return <data dir>/factual/ (data_dir None: $PROCTOR_DATA_DIR), refusing when no data directory is set."""
     root = resolve_data_dir(data_dir)
     if root is None:
         raise UserError("the factual query bank is built from <data dir>/factual/ and no data "
@@ -114,7 +121,7 @@ def _csv_rows(root: Path, relative: str, files: dict[str, str]) -> Iterator[tupl
 
 
 def _json_list(text: str, where: str) -> list[str]:
-    """A JSON-encoded list inside a CSV/JSON field ('[]' or empty -> []), as strings."""
+    """Parse a JSON-encoded list inside a CSV/JSON field ('[]' or empty -> []) as strings."""
     if not text.strip():
         return []
     try:
@@ -155,7 +162,7 @@ def _template_regex(template: str) -> re.Pattern:
 
 
 def read_entityquestions(root: Path) -> SourceRead:
-    """The test split; the subject is cut out of the question with the relation's template."""
+    """Read EntityQuestions' test split; the subject is cut out of the question with the relation's template."""
     files: dict[str, str] = {}
     skipped: Counter = Counter()
     relative = "entityquestions/test.jsonl.gz"

@@ -47,7 +47,7 @@ class InvalidLine:
 
 
 def read_jsonl(path: Path) -> Iterator[Any]:
-    """Each line's JSON value, or an `InvalidLine` (so line numbers stay true).
+    r"""Yield each line's JSON value, or an `InvalidLine` (so line numbers stay true).
 
     Lines are separated by "\n" only (see `proctor.data.readers.split_lines`), and a
     leading byte-order mark is dropped.
@@ -98,13 +98,17 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the file is scorable: no problem of any kind."""
         return not (self.missing or self.duplicate or self.unknown or self.bad_types
                     or self.prompt_mismatch or self.family_mismatch or self.cut_short or self.stripped
                     or self.mixed_templates)
 
     def protocol_differences(self) -> list[str]:
-        """How a scorable file departs from the seed's protocol (not problems: the file can be
-        scored, but its numbers are not comparable with the seed's)."""
+        """Return how a scorable file departs from the seed's protocol.
+
+        These are not problems: the file can be scored, but its numbers are not comparable
+        with the seed's.
+        """
         note = protocol_note(self.chat_template)
         return [] if note is None else [note]
 
@@ -185,7 +189,7 @@ def validate_generations(bank: Sequence[Mapping[str, Any]], generations: Iterabl
 
 
 def _prompt_matches(prompt: str, row: Mapping[str, Any], chat: bool) -> bool:
-    """The seed's prompt exactly; a chat-formatted one must hold it (a template may trim a turn)."""
+    """Check a prompt is the seed's exactly; a chat-formatted one must hold it (a template may trim a turn)."""
     expected = build_prompt(row)
     return expected.strip() in prompt if chat else prompt == expected
 

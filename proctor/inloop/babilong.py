@@ -1,10 +1,10 @@
-"""BABILong zero-shot BPB tasks: `babilong_{length}_bpb_0shot`, one per context length.
+r"""BABILong zero-shot BPB tasks: `babilong_{length}_bpb_0shot`, one per context length.
 
 Lengths (case-sensitive): 0k 1k 2k 4k 8k 16k 32k 64k 128k 256k 512k 1M 10M. A task holds
 every QA set of its length (qa1-qa20 at 0k, qa1-qa10 at 1k..1M, qa1-qa5 at 10M), in that
 order; lengths are never combined. Each example is one document with one continuation:
 
-    prompt       = input + "\\nQuestion: " + question + "\\nAnswer:"
+    prompt       = input + "\nQuestion: " + question + "\nAnswer:"
     continuation = " " + target        (the gold answer only; metric_type "bpb")
 
 scored through the offline tokenization policy (left truncation to `model_ctx_len`), so
@@ -39,6 +39,7 @@ FIELDS = ("input", "question", "target")
 
 
 def check_length(length: str) -> str:
+    """Return `length` if it is one of LENGTHS (case-sensitive), else raise a UserError."""
     if length not in LENGTHS:
         raise UserError(f"unknown BABILong length {length!r}; use one of {', '.join(LENGTHS)} "
                         "(case-sensitive)")
@@ -46,7 +47,7 @@ def check_length(length: str) -> str:
 
 
 def qa_sets(length: str) -> tuple[str, ...]:
-    """The QA sets available at a length: qa1-qa20 (0k), qa1-qa5 (10M), else qa1-qa10."""
+    """Return the QA sets available at a length: qa1-qa20 (0k), qa1-qa5 (10M), else qa1-qa10."""
     check_length(length)
     count = 20 if length == "0k" else 5 if length == "10M" else 10
     return tuple(f"qa{i}" for i in range(1, count + 1))
@@ -63,6 +64,7 @@ def prompt_of(row: dict) -> tuple[str, str]:
 
 
 def local_path(root: Path, length: str, qa: str) -> Path:
+    """Return the file of one QA set at one length under a local data directory (the hub's layout)."""
     return root / "babilong" / "data" / qa / f"{length}.json"
 
 

@@ -18,14 +18,17 @@ _POSITIONS = 32
 
 
 def pad_token_id(tokenizer: Any) -> int:
-    """The tokenizer's pad id, else 0 (padding is masked out, so its value never matters)."""
+    """Return the tokenizer's pad id, else 0 (padding is masked out, so its value never matters)."""
     pad = getattr(tokenizer, "pad_token_id", None)
     return 0 if pad is None else int(pad)
 
 
 def collate_items(items: Sequence[dict[str, Any]], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
-    """Right-pad rows to the longest: `pad_token_id` in `input_ids`, 0 in `attention_mask`,
-    -100 in `labels`; every other (integer) field becomes a LongTensor [B]."""
+    """Right-pad rows to the longest into one batch of tensors.
+
+    Padding is `pad_token_id` in `input_ids`, 0 in `attention_mask` and -100 in `labels`;
+    every other (integer) field becomes a LongTensor [B].
+    """
     if not items:
         raise ValueError("cannot collate an empty batch")
     width = max(len(item["input_ids"]) for item in items)

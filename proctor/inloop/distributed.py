@@ -35,8 +35,11 @@ def all_reduce_max(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def rank_documents(num_documents: int, rank: int, world_size: int) -> range:
-    """This rank's contiguous block of documents: blocks differ by at most one document,
-    cover every document exactly once, and none is repeated to even them out."""
+    """Return this rank's contiguous block of documents.
+
+    Blocks differ by at most one document, cover every document exactly once, and none is
+    repeated to even them out.
+    """
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not in a world of {world_size} processes")
     base, extra = divmod(num_documents, world_size)
@@ -48,7 +51,9 @@ class Documented(Protocol):
     """What `DocumentSampler` needs of a task: the document (0..n-1) of each item."""
 
     @property
-    def documents(self) -> Sequence[int]: ...
+    def documents(self) -> Sequence[int]:
+        """The document (0..n-1) of each item, in dataset order."""
+        ...
 
 
 class DocumentSampler(Sampler[int]):
@@ -92,6 +97,7 @@ class Coverage(torch.nn.Module):
         self.register_buffer("counts", torch.zeros(0, dtype=torch.int64, device=device), persistent=False)
 
     def add(self, item_ids: torch.Tensor, num_items: int) -> None:
+        """Count one more scoring of each of `item_ids`, growing the counts to `num_items` items."""
         if self.counts.numel() < num_items:
             grown = torch.zeros(num_items, dtype=torch.int64, device=self.counts.device)
             grown[: self.counts.numel()] = self.counts
@@ -100,10 +106,11 @@ class Coverage(torch.nn.Module):
         self.counts.index_add_(0, ids, torch.ones_like(ids))
 
     def reset(self) -> None:
+        """Forget every count."""
         self.counts = torch.zeros(0, dtype=torch.int64, device=self.counts.device)
 
     def summed(self) -> torch.Tensor:
-        """The counts over all ranks (ranks that saw fewer items are padded with zeros)."""
+        """Return the counts summed over all ranks (ranks that saw fewer items are padded with zeros)."""
         size = all_reduce_max(torch.tensor([self.counts.numel()], device=self.counts.device))
         counts = torch.zeros(int(size.item()), dtype=torch.int64, device=self.counts.device)
         counts[: self.counts.numel()] = self.counts

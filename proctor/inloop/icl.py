@@ -52,11 +52,12 @@ class ChoiceDoc:
 
 
 def no_leading_space(continuation: str) -> str:
-    """The continuation without one leading space (what `bpb_v1` counts bytes of)."""
+    """Return the continuation without one leading space (what `bpb_v1` counts bytes of)."""
     return continuation[1:] if continuation.startswith(" ") else continuation
 
 
 def check_metric_type(metric_type: str) -> str:
+    """Return `metric_type` if it is one of METRIC_TYPES, else raise a UserError."""
     if metric_type not in METRIC_TYPES:
         raise UserError(f"unknown metric_type {metric_type!r}; use one of {', '.join(METRIC_TYPES)}")
     return metric_type
@@ -117,6 +118,7 @@ class ICLDataset(Dataset):
         }
 
     def collate_fn(self, items: Sequence[dict]) -> dict[str, torch.Tensor]:
+        """Right-pad rows into a batch with this task's pad id (`collate_items`)."""
         return collate_items(items, self.pad_token_id)
 
 

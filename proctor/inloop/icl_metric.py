@@ -63,6 +63,7 @@ class ICLMetric(SumMetric):
         self.register_buffer("fields", torch.zeros(0, len(_FIELDS), dtype=torch.int64), persistent=False)
 
     def reset(self) -> None:
+        """Forget every row scored so far, and the coverage counts."""
         device = self.loglikelihoods.device
         self.loglikelihoods = torch.zeros(0, dtype=torch.float64, device=device)
         self.fields = torch.zeros(0, len(_FIELDS), dtype=torch.int64, device=device)
@@ -80,6 +81,7 @@ class ICLMetric(SumMetric):
 
     @torch.no_grad()
     def update(self, batch: Mapping[str, torch.Tensor], logits: torch.Tensor) -> None:
+        """Add each batch row's summed label log-prob and fields, at its `item_id`, from the model's logits."""
         num_items = batch["num_items"].reshape(-1)
         if num_items.numel() == 0:
             return
@@ -119,6 +121,7 @@ class ICLMetric(SumMetric):
         return out
 
     def compute(self) -> dict[str, float]:
+        """Return the document means: BPB and CE loss, plus accuracies unless metric_type is "bpb"."""
         docs = self.doc_results()
         n = len(docs)
         result = {

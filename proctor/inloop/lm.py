@@ -88,6 +88,7 @@ class LMChunkDataset(Dataset):
         }
 
     def collate_fn(self, items: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Right-pad chunks into a batch with this task's pad id (`collate_items`)."""
         return collate_items(items, self.pad_token_id)
 
     @property
@@ -97,10 +98,11 @@ class LMChunkDataset(Dataset):
 
     @property
     def total_bytes(self) -> int:
+        """UTF-8 bytes of the scored text over the whole task (the BPB denominator)."""
         return sum(self.bytes)
 
     def config(self) -> dict[str, Any]:
-        """What the task was built from (safe to log or dump: no credentials)."""
+        """Return what the task was built from (safe to log or dump: no credentials)."""
         return {"task": self.task_name, "model_ctx_len": self.model_ctx_len,
                 "tokenizer": self.tokenizer_name, "documents_read": self.num_documents_read,
                 "documents_scored": len(self.scored_documents), "chunks": len(self)}
@@ -125,13 +127,14 @@ class C4English(LMChunkDataset):
         super().__init__(c4_documents(data_dir, num_samples, path=path), tokenizer, model_ctx_len)
 
     def config(self) -> dict[str, Any]:
+        """Return what the task was built from, with `num_samples`."""
         return {**super().config(), "num_samples": self.num_samples}
 
 
 class Paloma(LMChunkDataset):
-    """`paloma_bpb` / `paloma_<source>_bpb`: the first `num_samples` documents of each
-    selected source (default: all 16, in PALOMA_SOURCES order), one corpus for the metric.
+    """`paloma_bpb` / `paloma_<source>_bpb`: the first `num_samples` documents of each selected source.
 
+    The sources (default: all 16, in PALOMA_SOURCES order) make one corpus for the metric.
     `token` authenticates the hub download only; it is never stored on the task.
     """
 
@@ -157,5 +160,6 @@ class Paloma(LMChunkDataset):
         super().__init__(documents, tokenizer, model_ctx_len)
 
     def config(self) -> dict[str, Any]:
+        """Return what the task was built from, with its sources, split and `num_samples`."""
         return {**super().config(), "dataset_name": list(self.dataset_name), "split": self.split,
                 "num_samples": self.num_samples}

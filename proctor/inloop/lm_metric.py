@@ -47,19 +47,21 @@ class C4Metric(SumMetric):
         self.coverage.add(batch["item_id"], int(batch["num_items"].max()))
 
     def totals(self) -> dict[str, float]:
-        """Summed over ranks: {"nll", "tokens", "bytes"}, after the complete-pass check."""
+        """Return {"nll", "tokens", "bytes"} summed over ranks, after the complete-pass check."""
         self.coverage.check(self.what)
         nll = all_reduce_sum(self.nll.clone())
         counts = all_reduce_sum(torch.stack([self.tokens, self.bytes]))
         return {"nll": float(nll), "tokens": int(counts[0]), "bytes": int(counts[1])}
 
     def compute(self) -> dict[str, float]:
+        """Return corpus CE loss (nats per token) and BPB (bits per byte) over all ranks."""
         t = self.totals()
         if t["tokens"] == 0 or t["bytes"] == 0:
             raise ValueError("no tokens were scored: every document of the task is empty")
         return {"ce_loss": t["nll"] / t["tokens"], "bpb": t["nll"] / math.log(2) / t["bytes"]}
 
     def reset(self) -> None:
+        """Zero the sums and the coverage counts."""
         self.nll.zero_()
         self.tokens.zero_()
         self.bytes.zero_()

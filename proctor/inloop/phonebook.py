@@ -79,12 +79,15 @@ def token_budget(length: str) -> Optional[int]:
 
 
 def example_seed(seed: int, split: str, index: int) -> int:
+    """Return the random seed of example `index` of `split`: a hash, so examples never share a stream."""
     digest = hashlib.sha256(f"phonebook\x00{seed}\x00{split}\x00{index}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
 
 
 @dataclass(frozen=True)
 class PhonebookExample:
+    """One generated example: the book, two answered questions and the query, and its gold number."""
+
     prompt: str
     answer: str           # the gold number, without the leading space
     num_entries: int
@@ -176,7 +179,7 @@ def _fit(book: _Book, budget: int, count: Callable[[str], int]) -> tuple[int, in
 
 
 def draw_entries(seed: int, split: str, index: int, n: int) -> list[tuple[str, str]]:
-    """The first n (name, number) entries example `index` draws; its book is a prefix of them."""
+    """Return the first n (name, number) entries example `index` draws; its book is a prefix of them."""
     book = _Book(random.Random(example_seed(seed, split, index)), lambda lines: [0] * len(lines))
     book.ensure(n)
     return book.entries[:n]
@@ -189,6 +192,10 @@ def _question(name: str) -> str:
 def build_example(seed: int, split: str, index: int, budget: Optional[int],
                   count: Callable[[str], int], count_many: Callable[[list[str]], list[int]]
                   ) -> PhonebookExample:
+    """Generate example `index`: the most entries that fit `budget` (None: three), two shots and a query.
+
+    The shots and the query ask for three distinct entries of the book.
+    """
     s = example_seed(seed, split, index)
     book = _Book(random.Random(s), count_many)
     if budget is None:
@@ -244,6 +251,6 @@ class Phonebook(ICLDataset):
 
 
 def entries_of(example: PhonebookExample) -> list[tuple[str, str]]:
-    """The (name, number) entries of an example's book: the prompt's first `num_entries` lines."""
+    """Return the (name, number) entries of an example's book: the prompt's first `num_entries` lines."""
     lines = example.prompt.split("\n")[: example.num_entries]
     return [(name, number) for name, number in (line.split(": ", 1) for line in lines)]

@@ -50,8 +50,11 @@ def task_names() -> list[str]:
 
 
 def build_task(name: str, tokenizer: Any, **options: Any) -> Dataset:
-    """The in-loop task `name` for `tokenizer`; options go to its constructor
-    (`model_ctx_len`, `num_samples`, `data_dir`, `split`, `token`, `seed`, `limit`, ...)."""
+    """Build the in-loop task `name` for `tokenizer`, or a spine spec's ICL task.
+
+    Options go to its constructor (`model_ctx_len`, `num_samples`, `data_dir`, `split`,
+    `token`, `seed`, `limit`, ...).
+    """
     if name in TASKS:
         factory = TASKS[name]
         _check_options(name, factory, options)

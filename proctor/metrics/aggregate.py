@@ -17,14 +17,17 @@ class MeanStat:
 
     @classmethod
     def of(cls, values: Iterable[float]) -> "MeanStat":
+        """Summarise per-doc values, summed with fsum (correctly rounded, whatever their order)."""
         values = [float(v) for v in values]
         return cls(len(values), math.fsum(values), math.fsum(v * v for v in values))
 
     def merge(self, other: "MeanStat") -> "MeanStat":
+        """Return the statistics of both sets of values together."""
         return MeanStat(self.count + other.count, self.total + other.total, self.total_sq + other.total_sq)
 
     @property
     def mean(self) -> float:
+        """Mean of the values; nan with none."""
         return self.total / self.count if self.count else float("nan")
 
     @property
@@ -65,6 +68,7 @@ class RatioStat:
         )
 
     def merge(self, other: "RatioStat") -> "RatioStat":
+        """Return the statistics of both sets of docs together."""
         return RatioStat(
             self.count + other.count, self.numerator + other.numerator, self.denominator + other.denominator,
             self.numerator_sq + other.numerator_sq, self.denominator_sq + other.denominator_sq,
@@ -73,10 +77,12 @@ class RatioStat:
 
     @property
     def mean(self) -> float:
+        """The ratio of totals, sum(y) / sum(x); nan when sum(x) is 0."""
         return self.numerator / self.denominator if self.denominator else float("nan")
 
     @property
     def stderr(self) -> float:
+        """Delta-method standard error of the ratio (see the class docstring); nan under two docs."""
         if self.count < 2 or not self.denominator:
             return float("nan")
         r = self.mean

@@ -36,11 +36,11 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 def extract_last_number(text: str) -> str:
-    """The last number in `text` (OLMES GSM8K), or the whole text when it has none.
+    r"""Return the last number in `text` (OLMES GSM8K), or the whole text when it has none.
 
     Commas between digits are removed first ("1,234" -> "1234"). A minus sign is kept
     only before a decimal ("-0.5"); before an integer it is not part of the match
-    ("-7" -> "7"), exactly as OLMES's pattern `[-+]?\\d*\\.\\d+|\\d+` behaves.
+    ("-7" -> "7"), exactly as OLMES's pattern `[-+]?\d*\.\d+|\d+` behaves.
     """
     output = _DIGIT_COMMA_DIGIT.sub(r"\1\2", text)
     numbers = _NUMBER.findall(output)
@@ -48,8 +48,10 @@ def extract_last_number(text: str) -> str:
 
 
 def gsm8k_gold(answer: str) -> str:
-    """GSM8K's short gold answer: the text after the last `####`, stripped, then cleaned
-    like a prediction (`extract_last_number`)."""
+    """Return GSM8K's short gold answer: the text after the last `####`, stripped.
+
+    It is then cleaned like a prediction (`extract_last_number`).
+    """
     return extract_last_number(answer.split("####")[-1].strip())
 
 

@@ -12,8 +12,10 @@ from proctor.requests import LoglikelihoodResult
 def choice_score(
     continuation: str, result: LoglikelihoodResult, uncond: Optional[LoglikelihoodResult] = None
 ) -> ChoiceOutput:
-    """One choice's record (an OLMES `model_output` entry); `num_chars` counts the
-    continuation's leading space."""
+    """Build one choice's record (an OLMES `model_output` entry).
+
+    `num_chars` counts the continuation's leading space.
+    """
     num_chars = len(continuation)
     num_bytes = len(continuation.encode("utf-8"))
     return ChoiceOutput(

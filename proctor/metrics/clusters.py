@@ -20,7 +20,7 @@ CLUSTER_COLUMNS = ("subject", "reasoning_type", "benchmark", "cluster")
 
 
 def sample_correct(sample: SampleOutput) -> Optional[float]:
-    """A sample's own 0/1 outcome: GSM8K's `correct`, HumanEval's `passed` (None: neither)."""
+    """Return a sample's own 0/1 outcome: GSM8K's `correct`, HumanEval's `passed` (None: neither)."""
     for key in ("correct", "passed"):
         value = sample.details.get(key)
         if isinstance(value, bool):
@@ -41,8 +41,11 @@ def declares_clusters(task: TaskRecord) -> bool:
 
 
 def doc_clusters(task: TaskRecord, cluster_by: Optional[str]) -> dict[str, Hashable]:
-    """Each document's cluster (query_id -> key): its sidecar `cluster_by` value (None: the
-    cluster its task declares), or itself."""
+    """Map each document (query_id) to its cluster key.
+
+    The key is its sidecar `cluster_by` value (None: the cluster its task declares), or the
+    document itself when it has none.
+    """
     cluster_by = cluster_by or "cluster"
     if cluster_by not in CLUSTER_COLUMNS:
         raise ValueError(f"cannot cluster by {cluster_by!r}; choose one of {', '.join(CLUSTER_COLUMNS)}")
@@ -53,7 +56,7 @@ def doc_clusters(task: TaskRecord, cluster_by: Optional[str]) -> dict[str, Hasha
 
 
 def unit_values(task: TaskRecord, cluster_by: Optional[str] = None) -> tuple[list[float], list[Hashable]]:
-    """The primary metric per unit (sample or document) and each unit's cluster."""
+    """Return the primary metric per unit (sample or document) and each unit's cluster."""
     clusters = doc_clusters(task, cluster_by)
     values: list[float] = []
     keys: list[Hashable] = []
@@ -73,9 +76,12 @@ def unit_values(task: TaskRecord, cluster_by: Optional[str] = None) -> tuple[lis
 
 
 def task_error(task: TaskRecord, cluster_by: Optional[str] = None) -> Optional[ClusteredMean]:
-    """The primary metric's mean with its naive error (every unit independent) and its
-    clustered one (a question's samples, and with `cluster_by` a sidecar group, as one
-    cluster). None for corpus metrics (perplexity: a ratio over bytes, not a mean of units)."""
+    """Return the primary metric's mean with its naive and its clustered error.
+
+    The naive error takes every unit as independent; the clustered one takes a question's
+    samples, and with `cluster_by` a sidecar group, as one cluster. None for corpus metrics
+    (perplexity: a ratio over bytes, not a mean of units).
+    """
     if task.kind == "perplexity":
         return None
     values, keys = unit_values(task, cluster_by)
@@ -84,9 +90,12 @@ def task_error(task: TaskRecord, cluster_by: Optional[str] = None) -> Optional[C
 
 def paired_units(a: TaskRecord, b: TaskRecord, cluster_by: Optional[str] = None,
                  ) -> tuple[list[str], list[float], list[float], list[Hashable]]:
-    """The documents both runs scored (query ids in A's order), each run's primary metric of
-    each, and each document's cluster (from A's sidecar). The paired unit is the document:
-    a question's samples are summarised by its pass@1, so they count as one cluster."""
+    """Return the documents both runs scored, each run's primary metric of each, and their clusters.
+
+    Documents are query ids in A's order; clusters come from A's sidecar. The paired unit
+    is the document: a question's samples are summarised by its pass@1, so they count as
+    one cluster.
+    """
     metric = a.primary_metric
     records_b = {r.query_id: r for r in b.records}
     clusters = doc_clusters(a, cluster_by)

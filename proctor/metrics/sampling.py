@@ -21,7 +21,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def majority(answers: Sequence[H]) -> H:
-    """The most frequent answer; ties go to the one seen first."""
+    """Return the most frequent answer; ties go to the one seen first."""
     if not answers:
         raise ValueError("majority of no answers")
     counts: dict[H, int] = {}

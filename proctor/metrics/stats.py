@@ -24,6 +24,8 @@ _NAN = float("nan")
 
 @dataclass(frozen=True)
 class ClusteredMean:
+    """A mean with its naive and its cluster-robust (CR1) standard error, over n units in `clusters` clusters."""
+
     mean: float
     stderr_naive: float
     stderr_clustered: float
@@ -33,6 +35,8 @@ class ClusteredMean:
 
 @dataclass(frozen=True)
 class PairedDifference:
+    """Difference b - a of two models on the same units, with its error bars, CIs, test and p-value."""
+
     n: int
     clusters: int
     a_score: float

@@ -28,6 +28,7 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a synced temporary file renamed over it, creating the parent."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -43,6 +44,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` as UTF-8, atomically (`atomic_write_bytes`)."""
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
@@ -71,7 +73,7 @@ def remove_dead_stages(parent: Path, name: str) -> None:
 
 
 def make_stage(parent: Path, name: str, kind: str) -> Path:
-    """A new marked staging directory for `name` in `parent` (after clearing dead ones)."""
+    """Create a new marked staging directory for `name` in `parent`, after clearing dead ones."""
     remove_dead_stages(parent, name)
     stage = Path(tempfile.mkdtemp(dir=parent, prefix=f".{name}.{kind}-{_host()}-{process_tag()}-"))
     (stage / _STAGE_MARK).touch()

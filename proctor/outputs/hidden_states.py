@@ -32,6 +32,8 @@ IDENTITY_KEYS = ("bank_version", "model_identity", "compute_dtype", "layers", "d
 
 @dataclass
 class HiddenIndex:
+    """The contents of `index.json`: what was extracted, from which model, and the arrays' checksums."""
+
     bank_version: str
     model: str
     model_identity: str              # the backend's fingerprint: weights, dtype, device type, window
@@ -48,23 +50,30 @@ class HiddenIndex:
     format: str = FORMAT
 
     def to_json(self) -> str:
+        """Render the index as the text of `index.json`."""
         return json.dumps(asdict(self), indent=1) + "\n"
 
 
 @dataclass
 class HiddenStateFiles:
+    """A finished extraction as `load_hidden` opens it: its index and its memory-mapped layer arrays."""
+
     index: HiddenIndex
     layers: dict[int, np.memmap]     # block -> read-only [n, d_model] float16
 
 
 def layer_file(layer: int) -> str:
+    """Return the file name of block `layer`'s array."""
     return f"L{layer:03d}.npy"
 
 
 def finished_extraction(out_dir: Path, index: HiddenIndex, describe: Callable[[Any], str]) -> Optional[HiddenIndex]:
-    """The complete extraction of `index` already in `out_dir`, or None when there is none or
-    only an unfinished one of it. Anything else there is a UserError: another extraction (by
-    `describe` of its prompt format when that is the difference), or files without an index."""
+    """Return the complete extraction of `index` already in `out_dir`, or None.
+
+    None when there is none or only an unfinished one of it. Anything else there is a UserError:
+    another extraction (by `describe` of its prompt format when that is the difference), or files
+    without an index.
+    """
     path = out_dir / INDEX
     if not path.exists():
         if out_dir.is_dir() and any(out_dir.iterdir()):
@@ -90,9 +99,11 @@ class HiddenStateWriter:
     """Fills a directory's layer files row by row (`put`), then checksums them (`finish`).
 
     Opening it writes `index.json` with `complete: false` and creates the arrays, replacing
-    whatever unfinished extraction is there: call `finished_extraction` first."""
+    whatever unfinished extraction is there: call `finished_extraction` first.
+    """
 
     def __init__(self, out_dir: Path, index: HiddenIndex):
+        """Write the unfinished index to `out_dir` and create the layer arrays, one row per query."""
         self.out_dir, self.index = out_dir, index
         out_dir.mkdir(parents=True, exist_ok=True)
         index.complete, index.files = False, {}
@@ -142,7 +153,7 @@ def _read_index(path: Path) -> HiddenIndex:
 
 
 def load_hidden(out_dir: Path, *, verify_checksums: bool = True) -> HiddenStateFiles:
-    """A finished extraction's index and read-only layer arrays; any defect is a UserError naming it."""
+    """Open a finished extraction's index and read-only layer arrays; any defect is a UserError naming it."""
     out_dir = Path(out_dir)
     path = out_dir / INDEX
     if not path.is_file():

@@ -31,7 +31,7 @@ FORMAT = "proctor-manifest/1"
 
 
 def read_manifest(directory: Path) -> Optional[dict[str, str]]:
-    """relative path -> sha256 of what proctor wrote in `directory`; None without a valid manifest."""
+    """Read `directory`'s manifest: relative path -> sha256 of what proctor wrote; None without a valid one."""
     path = directory / MANIFEST
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -46,11 +46,12 @@ def read_manifest(directory: Path) -> Optional[dict[str, str]]:
 
 
 def manifest_text(files: dict[str, str]) -> str:
+    """Render a manifest listing `files` (relative path -> sha256), sorted by path."""
     return json.dumps({"format": FORMAT, "files": dict(sorted(files.items()))}, indent=1) + "\n"
 
 
 def tree_digests(directory: Path) -> dict[str, str]:
-    """sha256 of every regular file under `directory` (the manifest itself left out)."""
+    """Return the sha256 of every regular file under `directory` (the manifest itself left out)."""
     found = {}
     for path in sorted(directory.rglob("*")):
         rel = path.relative_to(directory).as_posix()
@@ -60,9 +61,11 @@ def tree_digests(directory: Path) -> dict[str, str]:
 
 
 def foreign_entry(directory: Path) -> Optional[str]:
-    """The first entry under `directory` that proctor's manifest does not vouch for
-    (a file it did not write, one changed since, a link, an extra directory); None when
-    the whole directory is proctor's. An empty directory holds nothing foreign."""
+    """Return the first entry under `directory` that proctor's manifest does not vouch for.
+
+    That is a file it did not write, one changed since, a link, or an extra directory; None
+    when the whole directory is proctor's. An empty directory holds nothing foreign.
+    """
     entries = sorted(directory.rglob("*"))
     if not entries:
         return None
@@ -85,7 +88,7 @@ def foreign_entry(directory: Path) -> Optional[str]:
 
 
 def check_writable_parent(path: Path, what: str) -> None:
-    """The nearest existing ancestor of `path` is a directory this process can create entries in.
+    """Check that the nearest existing ancestor of `path` is a directory this process can create entries in.
 
     Tried for real (a temporary directory made and removed): permission bits say
     nothing for root, and a read-only file system or a full disk only shows on trying.
@@ -153,8 +156,10 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None:
-    """Write `path` atomically and record it in its directory's manifest; refuse to replace a
-    file proctor did not write or that changed since."""
+    """Write `path` atomically and record it in its directory's manifest.
+
+    A file there that proctor did not write, or that changed since, is refused, not replaced.
+    """
     path = Path(os.path.abspath(path))
     check_output_file(path, option=option)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ LIBRARIES = ("torch", "transformers", "tokenizers", "datasets", "numpy", "pyarro
 
 
 def library_versions() -> dict[str, Optional[str]]:
+    """Return the versions of Python, proctor and the libraries in LIBRARIES (None: not installed)."""
     versions: dict[str, Optional[str]] = {"python": platform.python_version(), "proctor": VERSION}
     for name in LIBRARIES:
         try:
@@ -24,7 +25,7 @@ def library_versions() -> dict[str, Optional[str]]:
 
 
 def code_git_state() -> dict[str, Optional[object]]:
-    """The commit proctor's source was checked out at, and whether it had local changes."""
+    """Return the commit proctor's source was checked out at, and whether it had local changes."""
     root = Path(__file__).resolve().parents[2]
 
     def git(*args: str) -> Optional[str]:

@@ -57,6 +57,7 @@ class ChoiceOutput:
     sum_logits_uncond: Optional[float] = None   # RC: the choice after the "Answer:" context
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the predictions.jsonl entry, without `sum_logits_uncond` when the spec has none."""
         out = asdict(self)
         if self.sum_logits_uncond is None:
             del out["sum_logits_uncond"]
@@ -102,10 +103,11 @@ class ChoiceMetrics:
         "predicted_index_norm", "acc_norm", "mc2", "predicted_index_mc2", "is_correct")
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the metrics in `ORDER`, leaving out those this document has not got."""
         return {k: getattr(self, k) for k in self.ORDER if getattr(self, k) is not None}
 
     def get(self, name: str) -> Optional[float]:
-        """A metric by name (None when this document has none of that name)."""
+        """Return a metric by name as a float (None when this document has none of that name)."""
         value = getattr(self, name) if name in self.ORDER else None
         return None if value is None else float(value)
 
@@ -125,24 +127,28 @@ class ChoiceRecord:
     label: int                      # the gold choice's index
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the document's predictions.jsonl line."""
         return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
                 "metrics": self.metrics.to_dict(), "model_output": [c.to_dict() for c in self.model_output],
                 "label": self.label}
 
     @classmethod
     def from_dict(cls, row: Mapping[str, JSON]) -> "ChoiceRecord":
+        """Read a document back from its predictions.jsonl line."""
         return cls(row["query_id"], row["doc_id"], row["native_id"], ChoiceMetrics(**row["metrics"]),
                    tuple(ChoiceOutput(**c) for c in row["model_output"]), row["label"])
 
     def metric_value(self, metric: str) -> Optional[float]:
+        """Return the document's value of `metric` (None when it has none)."""
         return self.metrics.get(metric)
 
     def prediction(self, metric: str) -> JSON:
-        """The choice `metric` picked (acc_raw: predicted_index_raw, mc2: predicted_index_mc2, ...)."""
+        """Return the choice `metric` picked (acc_raw: predicted_index_raw, mc2: predicted_index_mc2, ...)."""
         name = metric.replace("acc_", "predicted_index_", 1) if metric.startswith("acc_") else f"predicted_index_{metric}"
         return self.metrics.get(name)
 
     def sum_logits(self) -> tuple[float, ...]:
+        """Return each choice's log-likelihood, in choice order."""
         return tuple(c.sum_logits for c in self.model_output)
 
 
@@ -159,11 +165,13 @@ class SampleOutput:
     details: Mapping[str, JSON] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the sample's `model_output` entry: the three fields, then the task's `details`."""
         return {"text": self.text, "num_tokens": self.num_tokens, "finish_reason": self.finish_reason,
                 **self.details}
 
     @classmethod
     def from_dict(cls, row: Mapping[str, JSON]) -> "SampleOutput":
+        """Read a sample back; every key but the three fields goes to `details`."""
         details = {k: v for k, v in row.items() if k not in ("text", "num_tokens", "finish_reason")}
         return cls(row["text"], row["num_tokens"], row["finish_reason"], details)
 
@@ -180,23 +188,27 @@ class GenerationRecord:
     label: str                      # the gold answer as shown
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the document's predictions.jsonl line."""
         return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
                 "metrics": dict(self.metrics), "model_output": [s.to_dict() for s in self.model_output],
                 "label": self.label}
 
     @classmethod
     def from_dict(cls, row: Mapping[str, JSON]) -> "GenerationRecord":
+        """Read a document back from its predictions.jsonl line."""
         return cls(row["query_id"], row["doc_id"], row["native_id"], dict(row["metrics"]),
                    tuple(SampleOutput.from_dict(s) for s in row["model_output"]), row["label"])
 
     def metric_value(self, metric: str) -> Optional[float]:
+        """Return the document's value of `metric` (None when it has none)."""
         return self.metrics.get(metric)
 
     def prediction(self, metric: str) -> JSON:
-        """The generated texts."""
+        """Return the generated texts, whatever the metric."""
         return tuple(s.text for s in self.model_output)
 
     def sum_logits(self) -> tuple[float, ...]:
+        """Return no log-likelihoods: a generation document has none."""
         return ()
 
 
@@ -231,25 +243,29 @@ class PerplexityRecord:
     model_output: tuple[RollingOutput, ...]
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the document's predictions.jsonl line (its `label` null)."""
         return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
                 "metrics": asdict(self.metrics), "model_output": [asdict(o) for o in self.model_output],
                 "label": None}
 
     @classmethod
     def from_dict(cls, row: Mapping[str, JSON]) -> "PerplexityRecord":
+        """Read a document back from its predictions.jsonl line."""
         return cls(row["query_id"], row["doc_id"], row["native_id"], DocumentMetrics(**row["metrics"]),
                    tuple(RollingOutput(**o) for o in row["model_output"]))
 
     def metric_value(self, metric: str) -> Optional[float]:
-        """The document's own value of a corpus metric (bpb: its bits per byte)."""
+        """Return the document's own value of a corpus metric (bpb: its bits per byte); None for others."""
         m = self.metrics
         per_doc = {"bpb": m.bits_per_byte, "ce_loss": m.nll / m.num_tokens if m.num_tokens else None}
         return per_doc.get(metric)
 
     def prediction(self, metric: str) -> JSON:
+        """Return the document's total log-likelihood and its number of scored tokens, whatever the metric."""
         return (self.metrics.sum_logits, self.metrics.num_tokens)
 
     def sum_logits(self) -> tuple[float, ...]:
+        """Return the log-likelihood of each rolling output."""
         return tuple(o.sum_logits for o in self.model_output)
 
 
@@ -281,6 +297,7 @@ class QueryMetadata:
     cluster: Optional[str] = None
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the row as a dict of the sidecar's columns."""
         return asdict(self)
 
 
@@ -298,6 +315,8 @@ assert tuple(name for name, _ in SIDECAR_COLUMNS) == tuple(f.name for f in field
 
 @dataclass(frozen=True)
 class MetricSummary:
+    """One metric of a task over its documents: the mean and its standard error."""
+
     mean: Optional[float]
     stderr: Optional[float]         # over documents; None under two documents
     #: pass@1 of n samples per question: the error if every sample were independent (too small:
@@ -319,11 +338,13 @@ class GenerationSettings:
     allow_unsafe_exec: Optional[bool] = None          # HumanEval: --allow-unsafe-exec
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the settings for metrics.json, leaving out the sandbox fields where they are None."""
         out = {**asdict(self), "stop": list(self.stop)}
         return {k: v for k, v in out.items() if k not in ("sandbox", "allow_unsafe_exec") or v is not None}
 
     @classmethod
     def from_dict(cls, row: Mapping[str, JSON]) -> "GenerationSettings":
+        """Read the settings back from metrics.json."""
         return cls(**{**row, "stop": tuple(row["stop"])})
 
 
@@ -356,10 +377,11 @@ class TaskRecord:
 
     @property
     def primary_score(self) -> Optional[float]:
+        """The mean of the task's primary metric."""
         return self.metrics[self.primary_metric].mean
 
     def summary(self) -> dict[str, JSON]:
-        """The task's entry in metrics.json."""
+        """Return the task's entry in metrics.json."""
         out: dict[str, JSON] = {
             "kind": self.kind,
             "task_config": asdict(self.config),
@@ -379,6 +401,7 @@ class TaskRecord:
     @classmethod
     def from_summary(cls, name: str, entry: Mapping[str, JSON], records: tuple[Record, ...],
                      sidecar: tuple[QueryMetadata, ...]) -> "TaskRecord":
+        """Rebuild a task from its metrics.json entry and its records and sidecar rows, read separately."""
         generation, perplexity = entry.get("generation"), entry.get("perplexity")
         return cls(
             name=name, kind=entry["kind"], config=TaskConfig.from_dict(entry["task_config"]),
@@ -397,8 +420,11 @@ SUITE_AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs")
 
 @dataclass(frozen=True)
 class SpecScore:
-    """The headline entry of a requested spec: a task's primary metric, or a suite's
-    declared aggregation (`score`) with its other aggregations and its members' scores."""
+    """The headline entry of a requested spec.
+
+    For a task, its primary metric; for a suite, its declared aggregation (`score`) with its
+    other aggregations and its members' scores.
+    """
 
     metric: str                     # the primary metric ("mixed" for a suite of several)
     score: Optional[float]          # None: a suite without an overall score
@@ -412,6 +438,7 @@ class SpecScore:
     is_suite: bool = False
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return the spec's `primary_scores` entry; a suite's lists its aggregations and members."""
         if not self.is_suite:
             return {"metric": self.metric, "score": self.score, "stderr": self.stderr,
                     "num_instances": self.num_instances}
@@ -421,11 +448,13 @@ class SpecScore:
                 "members": {name: m.member_dict() for name, m in self.members.items()}}
 
     def member_dict(self) -> dict[str, JSON]:
+        """Return the short entry a suite gives this spec among its `members`."""
         return {"metric": self.metric, "aggregation": self.aggregation, "score": self.score,
                 "stderr": self.stderr, "num_instances": self.num_instances}
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, JSON]) -> "SpecScore":
+        """Read an entry back; one with `members` is a suite, and non-finite scores become None."""
         if "members" not in entry:
             return cls(entry["metric"], finite(entry["score"]), finite(entry["stderr"]), entry["num_instances"],
                        aggregation=entry.get("aggregation"))
@@ -459,12 +488,14 @@ class ModelRecord:
     backend_config: Mapping[str, JSON] = field(default_factory=dict)   # the backend's own settings
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return `model_config`: the backend, its own settings, then the fields (which win a name clash)."""
         out = asdict(self)
         del out["backend_config"]
         return {"backend": self.backend, **self.backend_config, **out}
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, JSON]) -> "ModelRecord":
+        """Read `model_config` back; keys that are not fields go to `backend_config`."""
         names = {f.name for f in fields(cls)} - {"backend_config"}
         return cls(**{k: entry[k] for k in names},
                    backend_config={k: v for k, v in entry.items() if k not in names})
@@ -484,6 +515,8 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class Timing:
+    """Where the run's time went (metrics.json `timing`)."""
+
     started: str                    # ISO 8601, UTC
     finished: str
     total_seconds: float
@@ -503,11 +536,13 @@ class EngineRecord:
     generated_tokens_per_second: Optional[float]
 
     def to_dict(self) -> dict[str, JSON]:
+        """Return metrics.json `engine`: the counters and the two throughputs, in one flat dict."""
         return {**asdict(self.stats), "tokens_per_second": self.tokens_per_second,
                 "generated_tokens_per_second": self.generated_tokens_per_second}
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, JSON]) -> "EngineRecord":
+        """Read metrics.json `engine` back."""
         names = {f.name for f in fields(EngineStats)}
         return cls(EngineStats(**{k: entry[k] for k in names}), entry["tokens_per_second"],
                    entry["generated_tokens_per_second"])
@@ -535,6 +570,7 @@ class RunRecord:
         return {spec: s.score for spec, s in self.primary_scores.items()}
 
     def metrics_json(self) -> dict[str, JSON]:
+        """Return the contents of metrics.json."""
         return {
             "format_version": self.format_version,
             "primary_scores": {k: s.to_dict() for k, s in self.primary_scores.items()},

@@ -1,6 +1,8 @@
-"""`requests.jsonl`: every request a task sends, like OLMES's raw requests; written from a
-task's instances (`request_rows`) and read back as the prompts the model was shown
-(`read_prompts`)."""
+"""The `requests.jsonl` file: every request a task sends, like OLMES's raw requests.
+
+It is written from a task's instances (`request_rows`) and read back as the prompts the
+model was shown (`read_prompts`).
+"""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ Render = Callable[[Any], str]
 
 
 def _request_fields(req: Any, render: Optional[Render]) -> dict:
-    """A request's own fields: context and continuation, or a Generate's context and settings;
-    a chat's rendered prompt beside its messages when a renderer is given."""
+    """Return a request's own fields: context and continuation, or a Generate's context and settings.
+
+    A chat's rendered prompt goes beside its messages when a renderer is given.
+    """
     out = {k: v for k, v in req.to_dict().items() if k != "request_type"}
     if render is not None and isinstance(getattr(req, "context", None), Chat):
         out["rendered_context"] = render(req)
@@ -31,6 +35,7 @@ def _request_fields(req: Any, render: Optional[Render]) -> dict:
 
 
 def request_rows(instances: Sequence[Any], render: Optional[Render] = None) -> Iterator[dict]:
+    """Yield the requests.jsonl row of every request of `instances`, unconditional ones included."""
     for inst in instances:
         for uncond, requests in ((False, inst.requests), (True, inst.uncond_requests)):
             for idx, req in enumerate(requests):
@@ -59,8 +64,11 @@ class Prompt:
 
 
 def _context_text(request: Mapping[str, Any]) -> Optional[str]:
-    """The prompt as the model saw it: a chat's rendered text where saved, else its messages
-    one after the other; a perplexity document's text."""
+    """Return the prompt as the model saw it.
+
+    That is a chat's rendered text where saved, else its messages one after the other; a
+    perplexity document's text.
+    """
     if isinstance(request.get("rendered_context"), str):
         return request["rendered_context"]
     context = request.get("context", request.get("text"))
@@ -73,9 +81,11 @@ def _context_text(request: Mapping[str, Any]) -> Optional[str]:
 
 
 def read_prompts(path: Path) -> Optional[dict[str, Prompt]]:
-    """query_id -> Prompt from one task's requests.jsonl (written with `request_rows`): the
-    first request's context, and for choice tasks each choice's continuation in `idx` order;
-    unconditional requests are left out. None: no file, or one that cannot be read."""
+    """Read query_id -> Prompt from one task's requests.jsonl (written with `request_rows`).
+
+    A prompt is the first request's context, and for choice tasks each choice's continuation in
+    `idx` order; unconditional requests are left out. None: no file, or one that cannot be read.
+    """
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
         rows = [json.loads(line) for line in lines if line.strip()]

@@ -39,7 +39,7 @@ SIDECAR_PARQUET = "query_metadata.parquet"
 
 
 def task_dir_name(task_name: str) -> str:
-    """A task spec as a portable directory name: `mmlu_anatomy:mc::olmes` -> `mmlu_anatomy-mc-olmes`."""
+    """Turn a task spec into a portable directory name: `mmlu_anatomy:mc::olmes` -> `mmlu_anatomy-mc-olmes`."""
     return task_name.replace("::", "-").replace(":", "-")
 
 
@@ -55,19 +55,22 @@ def json_ready(value: Any) -> Any:
 
 
 def jsonl_text(rows: Iterable[dict]) -> str:
+    """Render `rows` as JSON Lines, non-ASCII kept as is and NaN written as null."""
     return "".join(json.dumps(json_ready(r), ensure_ascii=False) + "\n" for r in rows)
 
 
 def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
+    """Write `rows` to `path` as JSON Lines, atomically."""
     atomic_write_text(path, jsonl_text(rows))
 
 
 def write_json(path: Path, value: dict) -> None:
+    """Write `value` to `path` as indented JSON, atomically, NaN written as null."""
     atomic_write_text(path, json.dumps(json_ready(value), indent=2, ensure_ascii=False) + "\n")
 
 
 def write_sidecar(directory: Path, rows: Sequence[QueryMetadata]) -> None:
-    """`query_metadata.parquet` and `query_metadata.jsonl`, the same rows in the same order."""
+    """Write `query_metadata.parquet` and `query_metadata.jsonl`, the same rows in the same order."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -82,10 +85,12 @@ def write_sidecar(directory: Path, rows: Sequence[QueryMetadata]) -> None:
 def write_run_directory(final: Path, record: RunRecord, *, overwrite: bool = False, option: str = "output",
                         requests: Optional[Mapping[str, Sequence[Any]]] = None,
                         render: Optional[Render] = None) -> None:
-    """Assemble the run directory beside `final` and move it into place whole; with
-    `requests` (task name -> its instances) also each task's requests.jsonl (chats with their
-    prompt as `render` gives it).
-    metrics.json is written last, as the mark of a whole run."""
+    """Assemble the run directory beside `final` and move it into place whole.
+
+    With `requests` (task name -> its instances) it also holds each task's requests.jsonl
+    (chats with their prompt as `render` gives it). metrics.json is written last, as the mark
+    of a whole run.
+    """
     with staged_directory(final, overwrite=overwrite, option=option) as stage:
         for name, task in record.tasks.items():
             task_dir = stage / task_dir_name(name)
@@ -100,9 +105,12 @@ def write_run_directory(final: Path, record: RunRecord, *, overwrite: bool = Fal
 
 
 def write_run(record: RunRecord, directory: Union[str, "os.PathLike[str]"], *, overwrite: bool = False) -> None:
-    """Write `record`'s run directory (atomically: assembled beside it, then moved into place), as
-    `proctor run` does; `directory` must be new, empty, or (with `overwrite`) an earlier proctor run.
-    `read_run` reads it back."""
+    """Write `record`'s run directory as `proctor run` does.
+
+    The directory is assembled beside `directory`, then moved into place (atomically);
+    `directory` must be new, empty, or (with `overwrite`) an earlier proctor run. `read_run`
+    reads it back.
+    """
     write_run_directory(Path(directory), record, overwrite=overwrite)
 
 
@@ -126,7 +134,7 @@ def _load_jsonl(path: Path) -> list[Any]:
 
 
 def read_metrics(directory: Path) -> dict[str, Any]:
-    """A run's metrics.json, its format version checked (UserError otherwise)."""
+    """Read a run's metrics.json, its format version checked (UserError otherwise)."""
     metrics = _load_json(directory / METRICS)
     version = metrics.get("format_version") if isinstance(metrics, dict) else None
     if version != FORMAT_VERSION:
@@ -139,9 +147,11 @@ def read_metrics(directory: Path) -> dict[str, Any]:
 
 
 def read_run(directory: Union[str, Path]) -> RunRecord:
-    """The RunRecord of a run directory this version of proctor wrote (`write_run`,
-    `proctor run --output`). UserError for anything else: a missing or unfinished run, an
-    unknown `format_version`, or a file that does not have the shape proctor writes."""
+    """Read a run directory this version of proctor wrote (`write_run`, `proctor run --output`).
+
+    Anything else is a UserError: a missing or unfinished run, an unknown `format_version`,
+    or a file that does not have the shape proctor writes.
+    """
     directory = Path(directory)
     metrics = read_metrics(directory)
     try:

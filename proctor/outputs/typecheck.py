@@ -29,7 +29,7 @@ def check_fields(value: Any, where: str) -> None:
 
 
 def _check(hint: Any) -> Check:
-    """The checker of `hint`, built once per type (a recursive record type refers to itself)."""
+    """Return the checker of `hint`, built once per type (a recursive record type refers to itself)."""
     if hint not in _CHECKS:
         _CHECKS[hint] = lambda v: _CHECKS[hint](v)  # stands in while the real one is built
         _CHECKS[hint] = _build(hint)

@@ -1,5 +1,8 @@
-"""What a run looks like to a person: terminal tables (`terminal`) and the HTML report (`html`,
-which lays out what `analysis` computes from the runs' records)."""
+"""What a run looks like to a person: terminal tables and the HTML report.
+
+The tables are `terminal`'s; the report is `html`'s, which lays out what `analysis`
+computes from the runs' records.
+"""
 
 from proctor.report.terminal import (
     print_agreement,

@@ -1,11 +1,11 @@
-"""What the HTML report shows, computed from the records of its runs: pure functions over
-`RunRecord`, `TaskRecord` and `QueryMetadata` that write no HTML and draw no chart.
+"""What the HTML report shows, computed from the records of its runs.
 
-Each run's provenance rows; its clustered error per task; accuracy per subject / reasoning type / benchmark
-within a task family; the order of a series of runs for score curves; the reliability
-bins of choice tasks; the finish reasons and answer extraction of generation tasks; the
-paired comparison's rows; and the item browser's data (`item_data`), which `page.js` reads.
-`proctor.report.html` lays all of it out.
+These are pure functions over `RunRecord`, `TaskRecord` and `QueryMetadata` that write no
+HTML and draw no chart: each run's provenance rows; its clustered error per task; accuracy
+per subject / reasoning type / benchmark within a task family; the order of a series of runs
+for score curves; the reliability bins of choice tasks; the finish reasons and answer
+extraction of generation tasks; the paired comparison's rows; and the item browser's data
+(`item_data`), which `page.js` reads. `proctor.report.html` lays all of it out.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def first_task(runs: Sequence[RunRecord], name: str) -> TaskRecord:
 
 
 def labels_of(run: RunRecord) -> Mapping[str, str]:
-    """The run's labels (`--label key=value`); {} where it has none."""
+    """Return the run's labels (`--label key=value`); {} where it has none."""
     return getattr(run.run_config, "labels", {}) or {}
 
 
@@ -73,7 +73,7 @@ def _softmax(logits: Sequence[float]) -> list[float]:
 
 
 def provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
-    """What the run was, as (what, text) rows: model, settings, versions, command, timing."""
+    """Describe what the run was, as (what, text) rows: model, settings, versions, command, timing."""
     m, cfg, t = run.model, run.run_config, run.timing
     commit = run.git.get("commit")
     dirty = " (uncommitted changes)" if run.git.get("dirty") else ""
@@ -115,11 +115,12 @@ ErrorTable = dict[tuple[int, str], Optional[ClusteredMean]]
 
 
 def task_errors(runs: Sequence[RunRecord], cluster_by: Optional[str]) -> ErrorTable:
+    """Compute `task_error` for every task of every run, clustered by `cluster_by` where given."""
     return {(i, name): task_error(task, cluster_by) for i, run in enumerate(runs) for name, task in run.tasks.items()}
 
 
 def run_step(run: RunRecord) -> Optional[float]:
-    """The run's `step` label as a finite number, else None."""
+    """Return the run's `step` label as a finite number, else None."""
     try:
         value = float(labels_of(run)["step"])
     except (KeyError, TypeError, ValueError):
@@ -128,9 +129,11 @@ def run_step(run: RunRecord) -> Optional[float]:
 
 
 def curve_order(runs: Sequence[RunRecord]) -> Optional[tuple[list[int], Optional[list[float]]]]:
-    """The runs as score curves draw them: their indices, ordered by `step` where every run
-    has one (with those steps), else in the order given (steps None). None: no curves (fewer
-    than three runs, or two without steps)."""
+    """Order the runs as score curves draw them.
+
+    Their indices come ordered by `step` where every run has one (with those steps), else in
+    the order given (steps None). None: no curves (fewer than three runs, or two without steps).
+    """
     steps = [run_step(run) for run in runs]
     by_step = all(s is not None for s in steps)
     if len(runs) < 3 and not (len(runs) == 2 and by_step):
@@ -146,34 +149,44 @@ def curve_order(runs: Sequence[RunRecord]) -> Optional[tuple[list[int], Optional
 
 @dataclass(frozen=True)
 class Proportion:
-    """`correct` of `n` items, with its accuracy and Wilson 95% interval."""
+    """A proportion: `correct` of `n` items, with its accuracy and Wilson 95% interval."""
 
     correct: int
     n: int
 
     @property
     def accuracy(self) -> float:
+        """The fraction of the items that are correct."""
         return self.correct / self.n
 
     def interval(self) -> tuple[float, float]:
+        """Return the accuracy's Wilson 95% interval ((nan, nan) for no items)."""
         return wilson_interval(self.correct, self.n)
 
 
 @dataclass(frozen=True)
 class GroupAccuracy(Proportion):
+    """The accuracy of one group of a sidecar column (a subject, a reasoning type, ...)."""
+
     group: str = ""
 
 
 def task_family(task: TaskRecord) -> str:
-    """The tasks whose items compare side by side: the benchmark's root and the spec's format,
-    e.g. every `mmlu_<subject>:mc::olmes` is `mmlu:mc::olmes`, every `bbh_<task>:cot::tulu` `bbh:cot::tulu`."""
+    """Name the family of tasks whose items compare side by side with `task`'s.
+
+    It is the benchmark's root and the spec's format, e.g. every `mmlu_<subject>:mc::olmes` is
+    `mmlu:mc::olmes`, every `bbh_<task>:cot::tulu` `bbh:cot::tulu`.
+    """
     root = task.config.benchmark.split("_")[0]
     return root + (task.name[task.name.index(":"):] if ":" in task.name else "")
 
 
 def breakdown_column(rows: Sequence[QueryMetadata]) -> Optional[str]:
-    """The first sidecar column with more than one value among `rows`, else `task` where the
-    rows come from several tasks; None: nothing to break down."""
+    """Pick the column to break `rows` down by.
+
+    That is the first sidecar column with more than one value among `rows`, else `task` where
+    the rows come from several tasks; None: nothing to break down.
+    """
     for column in ("subject", "reasoning_type", "benchmark", "task"):
         if len({getattr(r, column) for r in rows if getattr(r, column) is not None}) > 1:
             return column
@@ -181,6 +194,7 @@ def breakdown_column(rows: Sequence[QueryMetadata]) -> Optional[str]:
 
 
 def group_accuracies(rows: Iterable[QueryMetadata], column: str) -> dict[str, GroupAccuracy]:
+    """Tally the accuracy of each value of `column`, by value; rows without one, or without a verdict, are skipped."""
     counts: dict[str, list[int]] = {}
     for row in rows:
         key = getattr(row, column)
@@ -193,7 +207,7 @@ def group_accuracies(rows: Iterable[QueryMetadata], column: str) -> dict[str, Gr
 
 
 def task_families(runs: Sequence[RunRecord]) -> dict[str, list[str]]:
-    """family -> its tasks (choice and generation tasks; perplexity has nothing right or wrong)."""
+    """Map each task family to its tasks (choice and generation tasks; perplexity has nothing right or wrong)."""
     out: dict[str, list[str]] = {}
     for name in task_names(runs):
         task = first_task(runs, name)
@@ -227,7 +241,7 @@ def breakdowns(runs: Sequence[RunRecord]) -> list[Breakdown]:
 
 
 def paired_rows(comparison: Sequence["TaskComparison"]) -> list[dict[str, JSON]]:
-    """The comparison's rows (`TaskComparison.to_dict`), suites first."""
+    """Return the comparison's rows (`TaskComparison.to_dict`), suites first."""
     return sorted((c.to_dict() for c in comparison), key=lambda r: r["kind"] != "suite")
 
 
@@ -236,15 +250,20 @@ def paired_rows(comparison: Sequence["TaskComparison"]) -> list[dict[str, JSON]]
 
 @dataclass(frozen=True)
 class ReliabilityBin(Proportion):
+    """One confidence bin of a reliability diagram: its items' accuracy and mean confidence."""
+
     confidence: float = 0.0  # the bin's mean confidence
 
 
 def confidences(task: TaskRecord) -> list[tuple[float, bool]]:
-    """Per choice document: the model's probability of its most likely choice (the softmax of
-    the choices' summed log-probabilities) and whether that choice is the gold one (acc_raw).
+    """Return, per choice document, the model's confidence in its pick and whether the pick is right.
+
+    The confidence is its probability of the most likely choice (the softmax of the choices'
+    summed log-probabilities); the pick is right when that choice is the gold one (acc_raw).
 
     The raw pick rather than the primary metric's: a per-character pick (RC specs) may be a
-    choice the model finds unlikely, and its softmax probability says nothing of its confidence."""
+    choice the model finds unlikely, and its softmax probability says nothing of its confidence.
+    """
     out = []
     for record in task.records:
         if isinstance(record, ChoiceRecord) and len(record.model_output) > 1:
@@ -270,8 +289,11 @@ def reliability(points: Sequence[tuple[float, bool]], bins: int = CALIBRATION_BI
 
 
 def calibration_points(runs: Sequence[RunRecord]) -> dict[str, list[list[tuple[float, bool]]]]:
-    """Choice task (first, where there are several, "all choice tasks" together) -> each run's
-    `confidences`; tasks without a point in any run are left out."""
+    """Map each choice task to each run's `confidences`.
+
+    Where there are several tasks, "all choice tasks" together come first; tasks without a
+    point in any run are left out.
+    """
     names = [n for n in task_names(runs) if first_task(runs, n).kind == "choice"]
     per_task = {n: [confidences(run.tasks[n]) if n in run.tasks else [] for run in runs] for n in names}
     per_task = {n: points for n, points in per_task.items() if any(points)}
@@ -287,6 +309,8 @@ def calibration_points(runs: Sequence[RunRecord]) -> dict[str, list[list[tuple[f
 
 @dataclass(frozen=True)
 class GenerationCounts:
+    """A generation task's samples counted by finish reason, answer extraction and sandbox outcome."""
+
     samples: int
     finish: Mapping[str, int]           # finish reason -> samples
     extracts: bool                      # whether the task reads an answer out of its samples
@@ -296,6 +320,7 @@ class GenerationCounts:
 
 
 def generation_counts(task: TaskRecord) -> GenerationCounts:
+    """Count a generation task's samples (see `GenerationCounts`)."""
     samples = [s for r in task.records if isinstance(r, GenerationRecord) for s in r.model_output]
     extracts = any("extracted" in s.details for s in samples)
     failed = [s for s in samples if extracts and s.details.get("extracted") in (None, "")]
@@ -306,7 +331,7 @@ def generation_counts(task: TaskRecord) -> GenerationCounts:
 
 
 def finish_reasons(counts: Iterable[GenerationCounts]) -> list[str]:
-    """stop, eos, length, then any other finish reason found, alphabetically."""
+    """List the finish reasons: stop, eos, length, then any other found in `counts`."""
     return sorted({r for c in counts for r in c.finish} | {"stop", "eos", "length"},
                   key=lambda r: (["stop", "eos", "length"] + [r]).index(r))
 
@@ -315,8 +340,10 @@ def finish_reasons(counts: Iterable[GenerationCounts]) -> list[str]:
 
 
 def shared_prefix(contexts: Sequence[str], least: int = 80) -> str:
-    """The lines every prompt of a task begins with (its instruction and few-shot examples),
-    stored once rather than once per item; "" when shorter than `least` characters."""
+    """Return the lines every prompt of a task begins with (its instruction and few-shot examples).
+
+    The browser stores them once rather than once per item; "" when shorter than `least` characters.
+    """
     if len(contexts) < 2:
         return ""
     common = os.path.commonprefix(list(contexts))
@@ -337,8 +364,11 @@ def _sample_json(sample: SampleOutput) -> dict[str, JSON]:
 
 
 def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetadata]) -> Optional[dict[str, JSON]]:
-    """One run's view of an item: its score `s`, the answer shown in the row `a`, and what its
-    detail needs (choice log-probabilities `lp` and pick `p`, or samples `o`, or totals)."""
+    """Return one run's view of an item.
+
+    That is its score `s`, the answer shown in the row `a`, and what its detail needs
+    (choice log-probabilities `lp` and pick `p`, or samples `o`, or totals).
+    """
     if record is None:
         return None
     score = finite(record.metric_value(metric))
@@ -378,8 +408,11 @@ def _gold(record: Record, meta: Optional[QueryMetadata]) -> tuple[Optional[str],
 
 
 def item_data(runs: Sequence[RunRecord], prompts: Mapping[str, Mapping[str, Prompt]]) -> dict[str, JSON]:
-    """The browser's data: each task (kind, metric, shared prompt prefix), every item of every
-    task with each run's view of it, and (two runs) the items that flipped."""
+    """Build the browser's data.
+
+    That is each task (kind, metric, shared prompt prefix), every item of every task with each
+    run's view of it, and (two runs) the items that flipped.
+    """
     tasks: list[JSON] = []
     items: list[JSON] = []
     flips: list[int] = []

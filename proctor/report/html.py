@@ -99,20 +99,23 @@ def _cells(values: Iterable[object], cls: str = "num") -> str:
 
 
 def _table(table_id: str, head: str, rows: Iterable[str]) -> str:
-    """A table (in a box that scrolls sideways when the table is wider than the page)."""
+    """Lay out a table, in a box that scrolls sideways when the table is wider than the page."""
     body = "".join(rows)
     return f'<div class="scroll"><table id="{_e(table_id)}"><thead>{head}</thead><tbody>{body}</tbody></table></div>'
 
 
 def _script_json(value: JSON) -> str:
-    """JSON to inline in <script type="application/json">: ASCII only, with <, > and & as
-    \\u escapes, so that no text inside (`</script>`, `<!--`) can end the element."""
+    r"""Encode `value` as JSON to inline in <script type="application/json">.
+
+    The text is ASCII only, with <, > and & as \u escapes, so that no text inside
+    (`</script>`, `<!--`) can end the element.
+    """
     text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def run_labels(count: int) -> list[str]:
-    """A, B, C, ... (R27, R28, ... past Z): short names for table columns and legends."""
+    """Name `count` runs A, B, C, ... (R27, R28, ... past Z): short names for table columns and legends."""
     return [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(count)]
 
 
@@ -134,6 +137,7 @@ class Section:
     body: str               # HTML
 
     def html(self) -> str:
+        """Render the section with its heading."""
         return f'<section id="{_e(self.key)}-section"><h2>{_e(self.title)}</h2>{self.body}</section>'
 
 
@@ -173,6 +177,7 @@ class Charts:
     figures: dict[str, JSON] = field(default_factory=dict)
 
     def add(self, name: str, figure: go.Figure, caption: str) -> str:
+        """Store `figure` under `name` in the page's style; return the captioned element it is drawn into."""
         figure.update_layout(font={"family": FONT, "size": 12}, margin={"t": 48, "r": 24, "b": 48, "l": 24},
                              legend={"orientation": "h", "y": -0.15})
         data = json.loads(figure.to_json())
@@ -182,6 +187,7 @@ class Charts:
                 f'<figcaption>{_e(caption)}</figcaption></figure>')
 
     def payload(self) -> JSON:
+        """Return what page.js draws the charts from: the figures, the shared template and plotly's config."""
         return {"figures": self.figures, "template": _template(), "config": PLOTLY_CONFIG}
 
 
@@ -390,7 +396,7 @@ def _paired(comparison: Optional[Sequence["TaskComparison"]], names: Sequence[st
 
 
 def _item_list(list_id: str, labels: Sequence[str], *, flipped_toggle: bool) -> str:
-    """The controls and the empty table that page.js fills (see `renderList` there)."""
+    """Lay out the controls and the empty table that page.js fills (see `renderList` there)."""
     toggle = ('<label><input type="checkbox" data-role="flipped"> flipped only</label>' if flipped_toggle else "")
     head = ("<tr><th>task</th><th>item</th><th>gold</th>"
             + "".join(f"<th>{_e(label)}</th>" for label in labels) + "</tr>")
@@ -544,9 +550,12 @@ def _page(title: str, sections: Sequence[Section], charts: Charts, data: JSON) -
 def render_report(runs: Sequence[RunRecord], names: Sequence[str],
                   comparison: Optional[Sequence["TaskComparison"]] = None, cluster_by: Optional[str] = None, *,
                   prompts: Optional[Mapping[str, Mapping[str, Prompt]]] = None) -> str:
-    """The report's HTML. `names`: each run's name (its directory); `comparison`: two runs'
+    """Render the report's HTML.
+
+    `names`: each run's name (its directory); `comparison`: two runs'
     `proctor.compare.compare_runs`; `prompts`: task -> query_id -> Prompt (`read_run_prompts`);
-    `cluster_by`: a sidecar column whose groups are clusters in the headline intervals."""
+    `cluster_by`: a sidecar column whose groups are clusters in the headline intervals.
+    """
     if not runs or len(names) != len(runs):
         raise ValueError(f"need one name per run, got {len(names)} names for {len(runs)} runs")
     if cluster_by is not None and cluster_by not in CLUSTER_COLUMNS:
@@ -575,15 +584,19 @@ def render_report(runs: Sequence[RunRecord], names: Sequence[str],
 
 
 def read_run_prompts(run_dir: Path, run: RunRecord) -> dict[str, dict[str, Prompt]]:
-    """task -> query_id -> Prompt from each task's requests.jsonl (`--save-requests`); a task
-    without the file (or with one that cannot be read) is left out."""
+    """Read task -> query_id -> Prompt from each task's requests.jsonl (`--save-requests`).
+
+    A task without the file (or with one that cannot be read) is left out.
+    """
     found = {name: read_prompts(Path(run_dir) / task_dir_name(name) / REQUESTS_FILE) for name in run.tasks}
     return {name: prompts for name, prompts in found.items() if prompts is not None}
 
 
 def _check_output(output: Path, overwrite: bool) -> None:
-    """Refuse, before any work, to replace a file proctor did not write, or (without
-    `overwrite`) a report it did."""
+    """Refuse, before any work, to replace a file proctor did not write.
+
+    Without `overwrite`, a report proctor did write is refused too.
+    """
     from proctor.outputs.owned import check_output_file
 
     check_output_file(output, option="report")
@@ -594,9 +607,12 @@ def _check_output(output: Path, overwrite: bool) -> None:
 
 def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path], *, cluster_by: Optional[str] = None,
                  overwrite: bool = False) -> None:
-    """Write the HTML report of `run_dirs` to `output`, atomically, recording it in its
-    directory's proctor manifest (so that only proctor's own report is ever replaced).
-    Two runs also get the paired comparison; UserError for a run proctor cannot read."""
+    """Write the HTML report of `run_dirs` to `output`, atomically.
+
+    The report is recorded in its directory's proctor manifest (so that only proctor's own
+    report is ever replaced). Two runs also get the paired comparison; UserError for a run
+    proctor cannot read.
+    """
     from proctor.outputs.owned import write_owned_file
 
     if not run_dirs:

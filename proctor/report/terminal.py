@@ -58,8 +58,11 @@ def _metric(entry: Mapping) -> str:
 
 
 def _headline_rows(spec: str, s: Mapping) -> list[tuple[str, ...]]:
-    """A spec's row; for a suite also its other aggregations, and its members where the
-    headline is not a plain mean over tasks (a table of benchmarks, or no overall score)."""
+    """Return a spec's headline rows: its own, and for a suite also its other aggregations.
+
+    A suite's members get rows too where the headline is not a plain mean over tasks (a
+    table of benchmarks, or no overall score).
+    """
     if "members" not in s:
         return [(spec, s["metric"], _fmt(s["score"]), _fmt(s["stderr"]), str(s["num_instances"]))]
     primary = s.get("aggregation")
@@ -75,6 +78,7 @@ def _headline_rows(spec: str, s: Mapping) -> list[tuple[str, ...]]:
 
 
 def print_task_table(rows: Iterable, console: Console | None = None) -> None:
+    """Print one line per task spec: its kind, split, shots, primary metric and number of items."""
     console = console or Console(width=200)
     table = Table(title_justify="left")
     for column in ("spec", "kind", "split", "shots", "primary metric", "items"):
@@ -96,8 +100,11 @@ def _p(value: Optional[float]) -> str:
 
 
 def print_agreement(comparison: Sequence, run_a: str, run_b: str, console: Console | None = None) -> None:
-    """Per task and suite: agreement (identical predictions, max |Δ sum_logits|) and the paired
-    difference B − A with its interval, p-values and minimum detectable effect."""
+    """Print the paired comparison of two runs, a row per task and suite.
+
+    Each row gives the agreement (identical predictions, max |Δ sum_logits|) and the paired
+    difference B − A with its interval, p-values and minimum detectable effect.
+    """
     console = console or Console(width=max(Console().width, 160))
     console.print(f"A = {run_a}\nB = {run_b}", soft_wrap=True)
     table = Table(title="Paired comparison, B − A", title_justify="left")

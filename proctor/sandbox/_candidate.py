@@ -1,4 +1,5 @@
 """The untrusted process: runs generated code, already confined (see `_confine`).
+
 Standard library only (the runner imports it).
 
 `serve`: executes the candidate module, says "ready" (or how it failed), then answers
@@ -41,7 +42,7 @@ def _flush() -> None:
 
 
 def _load(source: str, entry_point: str) -> tuple[Callable[..., object] | None, dict | None]:
-    """(the entry point, None) or (None, the setup_error message)."""
+    """Load the program: return (its entry point, None), or (None, the setup_error message)."""
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(source, "program.py", "exec"), namespace)
@@ -96,8 +97,10 @@ def serve(source: str, entry_point: str, fd: int) -> None:
 
 
 def run_program(source: str, fd: int) -> None:
-    """Run `source` as __main__; write one JSON line to fd: how it ended, with our pid
-    (so a forked copy reaching the end is told apart)."""
+    """Run `source` as __main__, then write one JSON line to `fd`: how it ended, with our pid.
+
+    The pid tells apart a forked copy of the program reaching the end.
+    """
     try:
         code = compile(source, "program.py", "exec")
     except SyntaxError as e:

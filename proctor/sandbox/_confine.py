@@ -1,6 +1,7 @@
-"""Turning a freshly forked child of the runner into a confined process: only the file
-descriptors it is given, its rlimits, its own uid (or no capabilities), no way back.
-Standard library only (the runner imports it).
+"""Turning a freshly forked child of the runner into a confined process.
+
+It keeps only the file descriptors it is given, gets its rlimits and its own uid (or no
+capabilities), with no way back. Standard library only (the runner imports it).
 """
 
 import ctypes
@@ -25,8 +26,10 @@ def prctl(option: int, arg: int) -> None:
 
 
 def _drop_capabilities() -> None:
-    """Without a uid to drop to (a user namespace's single mapped uid), at least give up
-    its capabilities for good: no CAP_KILL / CAP_SYS_PTRACE over the trusted processes."""
+    """Give up the process's capabilities for good: no CAP_KILL / CAP_SYS_PTRACE over the trusted processes.
+
+    This is the least it does without a uid to drop to (a user namespace's single mapped uid).
+    """
     try:
         prctl(PR_SET_SECUREBITS, _SECUREBITS_NOROOT_LOCKED)
     except OSError:

@@ -1,5 +1,7 @@
-"""The sandbox's whole filesystem: a new root on one size-capped tmpfs holding read-only
-bind mounts of the interpreter's files and nothing else of the host. Standard library only.
+"""The sandbox's whole filesystem: a new root on one size-capped tmpfs.
+
+It holds read-only bind mounts of the interpreter's files and nothing else of the host.
+Standard library only.
 
 Built by the runner as root of a fresh mount namespace (and PID 1 of a fresh PID
 namespace), before it forks anything untrusted:

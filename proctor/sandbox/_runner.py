@@ -1,6 +1,8 @@
-"""The trusted supervisor of one sandboxed run: executed as `python -I -S _runner.py RESULT_FD`
-(-S: `site` would import the host's .pth hooks, 30 ms a run; the builtins it adds for
-programs, exit/quit/help/..., are added here instead).
+"""The trusted supervisor of one sandboxed run.
+
+It is executed as `python -I -S _runner.py RESULT_FD` (-S: `site` would import the host's
+.pth hooks, 30 ms a run; the builtins it adds for programs, exit/quit/help/..., are added
+here instead).
 
 It runs inside the namespaces the evaluator set up (usually as PID 1 of a new PID
 namespace, root of a new mount namespace) and reads its job from stdin as `_wire`
@@ -62,7 +64,7 @@ def _report(fd: int, record: dict) -> None:
 
 
 def _prepare(job: dict) -> str:
-    """Cgroups, the root filesystem, the work directory; returns the work directory."""
+    """Join the cgroups, set up the root filesystem and the work directory; return the work directory."""
     for procs_file in job["cgroup_procs"]:
         with open(procs_file, "w") as f:
             f.write("0")   # "0" = this process; its children inherit the cgroup
@@ -122,8 +124,10 @@ def _fork_tester(job: dict, trusted: dict, fd: int, verdict_fd: int) -> int:
 
 
 def _collect(fd: int, deadline: float, until_exit: int | None = None) -> tuple[bytes, bool]:
-    """Read `fd` until EOF (or, with `until_exit`, a pidfd, until that process exits);
-    (what was read, whether the deadline came first). Raises EvaluatorGone."""
+    """Read `fd` until EOF (or, with `until_exit`, a pidfd, until that process exits).
+
+    Return what was read and whether the deadline came first. Raises EvaluatorGone.
+    """
     data = bytearray()
     watched = [fd, LIFELINE] + ([until_exit] if until_exit is not None else [])
     while True:
@@ -152,7 +156,7 @@ def _collect(fd: int, deadline: float, until_exit: int | None = None) -> tuple[b
 
 
 def _exit_status(pid: int) -> int | None:
-    """The exit code if `pid` has already ended (negative: the signal), else None."""
+    """Return the exit code if `pid` has already ended (negative: the signal), else None."""
     try:
         done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
@@ -161,7 +165,7 @@ def _exit_status(pid: int) -> int | None:
 
 
 def _kill_uid(uid: int) -> None:
-    """A helper with that uid can signal exactly that uid's processes."""
+    """Kill every process of `uid` from a forked helper: with that uid it can signal exactly that uid's processes."""
     pid = os.fork()
     if pid == 0:
         try:

@@ -1,5 +1,6 @@
-"""The trusted process of a check: runs the problem's own code and tests, calling the
-candidate only through a proxy. Standard library only (the runner imports it).
+"""The trusted process of a check: runs the problem's own code and tests.
+
+It calls the candidate only through a proxy. Standard library only (the runner imports it).
 
 It executes the trusted prelude (the problem's prompt: the helpers some tests call,
 e.g. `poly` or `encode_cyclic`), binds the entry point's name to the proxy, executes the
@@ -73,7 +74,7 @@ class _Link:
 
 
 def _rebuild(name: str, message: str) -> Exception:
-    """A fresh exception standing for the one the candidate raised."""
+    """Make a fresh exception standing for the one the candidate raised."""
     cls = getattr(builtins, name, None)
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
@@ -97,7 +98,7 @@ def _describe(e: BaseException) -> str:
 
 
 def judge(entry_point: str, prelude: str, test: str, fd: int) -> dict:
-    """The verdict: {"outcome": passed|failed|memory|error, "detail", "candidate_died"}."""
+    """Run the check and return the verdict: {"outcome": passed|failed|memory|error, "detail", "candidate_died"}."""
     try:
         prelude_code = compile(prelude, "prompt.py", "exec")
         test_code = compile(test, "test.py", "exec")

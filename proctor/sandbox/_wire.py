@@ -1,5 +1,7 @@
-"""Plain data over a pipe: the only thing that crosses between a sandboxed candidate and
-the trusted process that tests it. Standard library only (the runner imports it).
+"""Plain data over a pipe.
+
+It is the only thing that crosses between a sandboxed candidate and the trusted process
+that tests it. Standard library only (the runner imports it).
 
 A value is encoded to a JSON tree in which every non-JSON-native value is a tagged pair:
 `["i", hex]` for ints too big for a JSON number, `["f", float.hex()]` (exact, with inf,
@@ -29,7 +31,7 @@ class WireError(Exception):
 
 
 def to_plain(value: Any, depth: int = 0) -> object:
-    """`value` as a JSON-encodable tree (see the module docstring)."""
+    """Encode `value` as a JSON-encodable tree (see the module docstring)."""
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
     if value is None or value is True or value is False:
@@ -59,7 +61,7 @@ def to_plain(value: Any, depth: int = 0) -> object:
 
 
 def from_plain(tree: Any, depth: int = 0) -> Any:
-    """Fresh plain objects from a tree made by `to_plain` (or by anyone: it is checked)."""
+    """Build fresh plain objects from a tree made by `to_plain` (or by anyone: it is checked)."""
     if depth > MAX_DEPTH:
         raise WireError(f"value nested deeper than {MAX_DEPTH}")
     if tree is None or tree is True or tree is False:
@@ -118,7 +120,7 @@ def loads(body: bytes) -> dict:
 
 
 def frame(message: dict) -> bytes:
-    """`message` as it travels: its length, then its JSON."""
+    """Encode `message` as it travels: its length, then its JSON."""
     body = dumps(message)
     return struct.pack(">I", len(body)) + body
 
@@ -141,7 +143,7 @@ def _read_exact(fd: int, n: int) -> bytes:
 
 
 def recv(fd: int) -> dict:
-    """The next message; EOFError when the peer is gone, WireError when it is malformed."""
+    """Read the next message; EOFError when the peer is gone, WireError when it is malformed."""
     (length,) = struct.unpack(">I", _read_exact(fd, 4))
     if length > MAX_MESSAGE:
         raise WireError(f"a message of {length} bytes, over the {MAX_MESSAGE}-byte limit")

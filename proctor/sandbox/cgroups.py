@@ -34,7 +34,7 @@ class _Hierarchy:
 
 
 def _own_path(controller: Optional[str]) -> Optional[str]:
-    """This process's cgroup path in the hierarchy of `controller` (None: the v2 one)."""
+    """Return this process's cgroup path in the hierarchy of `controller` (None: the v2 one)."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -76,13 +76,16 @@ def _hierarchies() -> tuple[_Hierarchy, ...]:
 
 
 def available() -> tuple[str, ...]:
-    """Controllers a run can be limited by here, e.g. ("pids", "memory") or ()."""
+    """Return the controllers a run can be limited by here, e.g. ("pids", "memory") or ()."""
     return tuple(h.controller for h in _hierarchies())
 
 
 def _no_swap(path: Path, v2: bool, memory_bytes: int) -> None:
-    """Best effort: a run over its memory limit is killed rather than swapped out (which
-    is slow, and writes its pages to the host's disk)."""
+    """Turn swap off for the cgroup at `path`, best effort.
+
+    A run over its memory limit is then killed rather than swapped out (which is slow, and
+    writes its pages to the host's disk).
+    """
     settings = [("memory.swap.max", "0")] if v2 else [("memory.swappiness", "0"),
                                                        ("memory.memsw.limit_in_bytes", str(memory_bytes))]
     for name, value in settings:
@@ -96,6 +99,7 @@ class RunCgroups:
     """The cgroups of one run: created with limits, joined by the runner, removed after."""
 
     def __init__(self, name: str, max_procs: int, memory_bytes: int, enabled: bool = True):
+        """Create cgroup `name` with its limit in every usable hierarchy (in none unless `enabled`)."""
         self.dirs: list[tuple[_Hierarchy, Path]] = []
         limits = {"pids": max_procs, "memory": memory_bytes}
         for h in _hierarchies() if enabled else ():
@@ -108,9 +112,11 @@ class RunCgroups:
 
     @property
     def procs_files(self) -> list[str]:
+        """The `cgroup.procs` file of each of the run's cgroups, which the runner joins by writing to it."""
         return [str(path / "cgroup.procs") for _, path in self.dirs]
 
     def oom_killed(self) -> bool:
+        """Return whether the OOM killer killed a process in the run's memory cgroup."""
         for h, path in self.dirs:
             if h.controller != "memory":
                 continue
@@ -125,6 +131,7 @@ class RunCgroups:
         return False
 
     def remove(self) -> None:
+        """Remove the run's cgroups, retrying for up to a second while they still hold processes."""
         # The namespace's processes die with its init, but reaping can lag a moment.
         for _, path in self.dirs:
             for _attempt in range(50):
@@ -138,8 +145,10 @@ class RunCgroups:
 
 
 def sweep(is_leftover: Callable[[str, float], bool], prefix: str = "proctor-sandbox-") -> list[Path]:
-    """rmdir every run cgroup `is_leftover(name, mtime)` says a dead run left; returns
-    those removed. The kernel refuses to remove one that still has processes."""
+    """Remove every run cgroup that `is_leftover(name, mtime)` says a dead run left; return those removed.
+
+    The kernel refuses to remove one that still has processes.
+    """
     removed = []
     for h in _hierarchies():
         try:

@@ -46,14 +46,18 @@ SLOTS = 256
 
 
 def candidate_uid(slot: int) -> int:
+    """Return the uid the candidate of pool slot `slot` runs under."""
     return SANDBOX_UID_BASE + slot
 
 
 def tester_uid(slot: int) -> int:
+    """Return the uid the tester of pool slot `slot` runs under."""
     return SANDBOX_UID_BASE + SLOTS + slot
 
 
 class Isolation(str, enum.Enum):
+    """The ways a sandbox run can be isolated (see the module docstring)."""
+
     BWRAP = "bwrap"
     NAMESPACES = "namespaces"
     NONE = "none"
@@ -69,9 +73,11 @@ class SandboxInfo:
 
     @property
     def network_isolated(self) -> bool:
+        """Whether the run is cut off from the network: every isolation but `none`."""
         return self.isolation is not Isolation.NONE
 
     def describe(self) -> str:
+        """Return the isolation as a run's metrics carry it, e.g. "namespaces+uid-drop+rlimits+cgroup-pids"."""
         parts = [self.isolation.value, "uid-drop" if self.drops_uid else "same-uid", "rlimits"]
         parts += [f"cgroup-{c}" for c in self.cgroups]
         return "+".join(parts)
@@ -104,8 +110,11 @@ def _uid_mapped(uid: int) -> bool:
 
 @lru_cache(maxsize=1)
 def interpreter_dirs() -> tuple[str, ...]:
-    """What the sandbox must be able to read in the `none` isolation: the interpreter,
-    `python -I`'s import path and the runner script (outermost directories only)."""
+    """Return the directories the sandbox must be able to read in the `none` isolation.
+
+    They are the interpreter's, `python -I`'s import path and the runner script's
+    (outermost directories only).
+    """
     out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"],
                          capture_output=True, text=True, check=True, env={"PATH": os.defpath})
     wanted = {*json.loads(out.stdout), sys.prefix, sys.base_prefix,
@@ -114,7 +123,7 @@ def interpreter_dirs() -> tuple[str, ...]:
 
 
 def _blocking_ancestor(path: str) -> Optional[str]:
-    """The highest ancestor of `path` that other users cannot enter (e.g. /root, mode 700)."""
+    """Return the highest ancestor of `path` that other users cannot enter (e.g. /root, mode 700)."""
     parts = path.strip("/").split("/")
     for i in range(1, len(parts)):
         ancestor = "/" + "/".join(parts[:i])
@@ -124,8 +133,10 @@ def _blocking_ancestor(path: str) -> Optional[str]:
 
 
 def exposures() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(ancestor, interpreter dirs under it) where the sandbox uid could not reach them
-    without a new root (which creates every parent 0755 itself)."""
+    """Return each (ancestor, interpreter dirs under it) that keeps the sandbox uid from those dirs.
+
+    Only a new root gets past such an ancestor, as it creates every parent 0755 itself.
+    """
     plan: dict[str, list[str]] = {}
     for d in interpreter_dirs():
         ancestor = _blocking_ancestor(d)
@@ -139,11 +150,16 @@ BWRAP_RUNNER_DIR = "/.proctor-runner"   # where bwrap shows the runner (and noth
 
 
 def runner_path(info: SandboxInfo) -> str:
+    """Return the path of `_runner.py` as the sandbox sees it."""
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.join(BWRAP_RUNNER_DIR if info.isolation is Isolation.BWRAP else here, "_runner.py")
 
 
 def bwrap_prefix(root: bool) -> list[str]:
+    """Build the bwrap command: the namespaces, the read-only root layout and the runner's files.
+
+    Without `root`, bwrap also makes a user namespace.
+    """
     layout = root_layout()
     here = os.path.dirname(os.path.abspath(__file__))
     prefix = ["bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -170,6 +186,7 @@ def bwrap_prefix(root: bool) -> list[str]:
 
 
 def unshare_prefix(root: bool) -> list[str]:
+    """Build the unshare command for the new namespaces; without `root`, as root of a new user namespace."""
     prefix = ["unshare", "--net", "--pid", "--mount", "--ipc", "--uts", "--fork", "--kill-child"]
     if not root:
         prefix.insert(1, "--map-root-user")
@@ -178,7 +195,7 @@ def unshare_prefix(root: bool) -> list[str]:
 
 @lru_cache(maxsize=1)
 def detect() -> SandboxInfo:
-    """The strongest isolation that works here (probed once per process)."""
+    """Return the strongest isolation that works here (probed once per process)."""
     root = _is_root()
     drops_uid = root and _uid_mapped(tester_uid(SLOTS - 1))
     controllers = cgroups.available()
@@ -193,7 +210,7 @@ def detect() -> SandboxInfo:
 
 
 def command_prefix(info: SandboxInfo) -> list[str]:
-    """The launcher command; its path resolved here, as the sandbox's own PATH is minimal."""
+    """Return the launcher command, its path resolved here, as the sandbox's own PATH is minimal."""
     root = _is_root()
     if info.isolation is Isolation.BWRAP:
         prefix = bwrap_prefix(root)

@@ -19,7 +19,7 @@ from functools import lru_cache
 
 
 def outermost(paths: Iterable[str]) -> tuple[str, ...]:
-    """The real paths, without those lying under another of them."""
+    """Return the real paths, without those lying under another of them."""
     dirs = sorted({os.path.realpath(p) for p in paths})
     return tuple(d for d in dirs if not any(d.startswith(k + "/") for k in dirs if k != d))
 
@@ -33,6 +33,7 @@ class RootLayout:
     hidden: tuple[str, ...]   # dirs under `dirs` covered by an empty tmpfs (site-packages)
 
     def as_job(self) -> dict:
+        """Return the layout as a runner's job carries it: lists of paths."""
         return {"dirs": list(self.dirs), "files": list(self.files), "hidden": list(self.hidden)}
 
 
@@ -63,8 +64,10 @@ def _shared_libraries(binaries: list[str]) -> set[str]:
 
 @lru_cache(maxsize=1)
 def root_layout() -> RootLayout:
-    """The interpreter's files: its executable and shared libraries, the stdlib and
-    lib-dynload, never site-packages (nor the project, /etc, /root, ...)."""
+    """Find the interpreter's files: its executable and shared libraries, the stdlib and lib-dynload.
+
+    Never site-packages (nor the project, /etc, /root, ...).
+    """
     out = subprocess.run([sys.executable, "-I", "-c", _PATHS_PROBE], capture_output=True, text=True,
                          check=True, env={"PATH": os.defpath})
     probe = json.loads(out.stdout)

@@ -26,18 +26,20 @@ LEGACY_AGE_S = 600.0                                  # far longer than any run 
 
 
 def run_name() -> str:
-    """A fresh name for one run's cgroups."""
+    """Make a fresh name for one run's cgroups."""
     return f"{PREFIX}{process_tag()}-{secrets.token_hex(6)}"
 
 
 def host_workdir() -> str:
-    """A fresh host work directory (the `none` isolation's), named like a run cgroup."""
+    """Create a fresh host work directory (the `none` isolation's), named like a run cgroup."""
     return tempfile.mkdtemp(prefix=f"{PREFIX}{process_tag()}-")
 
 
 def creator_dead(name: str, mtime: float, now: float) -> bool:
-    """Whether `name` was made by a process that no longer exists (a pid reused since
-    has another start time). Untagged names count as dead once they are old."""
+    """Return whether `name` was made by a process that no longer exists.
+
+    A pid reused since has another start time. Untagged names count as dead once they are old.
+    """
     m = _TAGGED.match(name)
     if m is None:
         return bool(_LEGACY.match(name)) and now - mtime > LEGACY_AGE_S
@@ -45,8 +47,10 @@ def creator_dead(name: str, mtime: float, now: float) -> bool:
 
 
 def sweep() -> tuple[list[Path], list[Path]]:
-    """Remove dead runs' cgroups (only empty ones: the kernel refuses others) and host
-    work directories; returns (cgroups removed, directories removed)."""
+    """Remove dead runs' cgroups and host work directories; return (cgroups removed, directories removed).
+
+    Only empty cgroups go: the kernel refuses others.
+    """
     now = time.time()
     removed_cgroups = cgroups.sweep(lambda name, mtime: creator_dead(name, mtime, now), PREFIX)
     removed_dirs = []

@@ -52,7 +52,7 @@ for _slot in range(isolation.SLOTS):
 
 def _job(mode: str, source: str, entry_point: Optional[str], limits: Limits, info: SandboxInfo,
          slot: int, workdir: Optional[str], cgroup_procs: list[str]) -> dict:
-    """The public part of a job: everything but the tests."""
+    """Build the public part of a job: everything but the tests."""
     uid = isolation.candidate_uid(slot) if info.drops_uid else None
     return {
         "mode": mode, "source": source, "entry_point": entry_point,
@@ -71,8 +71,10 @@ def _job(mode: str, source: str, entry_point: Optional[str], limits: Limits, inf
 
 def _exchange(proc: subprocess.Popen, to_send: bytes, out_fd: int, res_fd: int, deadline: float,
               cap: int) -> tuple[bytes, bool, bytes, bool]:
-    """Feed the job, read output (first `cap` bytes) and the result record until both
-    pipes close: (output, truncated, record bytes, whether we had to kill it)."""
+    """Feed the job, then read the output (first `cap` bytes) and the result record until both pipes close.
+
+    Return (output, truncated, record bytes, whether we had to kill it).
+    """
     out, res, truncated, killed = bytearray(), bytearray(), False, False
     pending = memoryview(to_send)
     if proc.stdin is None:
@@ -203,6 +205,7 @@ def _ready(allow_unsafe_exec: bool) -> SandboxInfo:
 
 
 def default_workers() -> int:
+    """Return how many sandboxes run at once by default: the CPU count, kept within 2 to 16."""
     return max(2, min(16, os.cpu_count() or 2))
 
 
@@ -223,7 +226,7 @@ def judge(candidate: Candidate, limits: Limits = Limits(), *, allow_unsafe_exec:
 
 def judge_many(candidates: Sequence[Candidate], limits: Limits = Limits(), *,
                workers: Optional[int] = None, allow_unsafe_exec: bool = False) -> list[ExecResult]:
-    """`judge` for each candidate, `workers` at a time; results in input order."""
+    """Run `judge` for each candidate, `workers` at a time; results in input order."""
     info = _ready(allow_unsafe_exec)   # refuse before starting any
     trusted = lambda c: {"prelude": c.prelude, "test": c.test}   # noqa: E731
     return _pooled(lambda c: _run("check", c.source, c.entry_point, trusted(c), limits, info),
@@ -237,6 +240,6 @@ def run_program(source: str, limits: Limits = Limits(), *, allow_unsafe_exec: bo
 
 def run_many(sources: Sequence[str], limits: Limits = Limits(), *, workers: Optional[int] = None,
              allow_unsafe_exec: bool = False) -> list[ExecResult]:
-    """`run_program` for each source, `workers` at a time; results in input order."""
+    """Run `run_program` for each source, `workers` at a time; results in input order."""
     info = _ready(allow_unsafe_exec)
     return _pooled(lambda s: _run("program", s, None, None, limits, info), sources, workers)

@@ -68,6 +68,10 @@ def _program(record: dict, oom: bool) -> tuple[Outcome, str]:
 
 def judge(record: Optional[dict], *, killed: bool, oom: bool, limits: Limits,
           returncode: Optional[int], output: str) -> tuple[Outcome, str]:
+    """Turn the runner's record, and what the evaluator saw of the run, into an (Outcome, detail).
+
+    No record means the sandbox overran its time and was `killed`, or did not start.
+    """
     if record is None:
         if killed:
             return Outcome.TIMEOUT, f"sandbox overran the {limits.wall_s:g} s limit and was killed"

@@ -49,8 +49,10 @@ class Alias:
 
 
 def _mmlu() -> list[Alias]:
-    """`mmlu`, its four category groups and 57 subjects: 0-shot (the template sets no
-    num_fewshot); the groups weight by size, as the `::leaderboard` suites' micro headline."""
+    """List `mmlu`, its four category groups and 57 subjects: 0-shot (the template sets no num_fewshot).
+
+    The groups weight by size, as the `::leaderboard` suites' micro headline.
+    """
     zero = "lm-eval's default is 0-shot; the ::leaderboard spec alone is the leaderboard's 5-shot"
     out = [Alias("mmlu", "mmlu::leaderboard", 0, "mmlu/default/_mmlu.yaml", zero)]
     for category in lb_mmlu.CATEGORIES:
@@ -61,8 +63,10 @@ def _mmlu() -> list[Alias]:
 
 
 def _bbh() -> list[Alias]:
-    """lm-eval's groups `bbh_cot_fewshot` and `bbh` (bbh/cot_fewshot/_bbh.yaml: the same 27
-    tasks, the same size-weighted mean) and each `bbh_cot_fewshot_<task>`: 3-shot."""
+    """List lm-eval's groups `bbh_cot_fewshot` and `bbh`, and each `bbh_cot_fewshot_<task>`: 3-shot.
+
+    The `bbh` group (bbh/cot_fewshot/_bbh.yaml) has the same 27 tasks and the same size-weighted mean.
+    """
     out = [Alias(group, bbh.SUITE, 3, f"bbh/cot_fewshot/{file}", "lm-eval's group, mean over all docs")
            for group, file in (("bbh_cot_fewshot", "_bbh_cot_fewshot.yaml"), ("bbh", "_bbh.yaml"))]
     for task in bbh.TASKS:
@@ -110,7 +114,7 @@ def _table() -> dict[str, Alias]:
 
 
 def lookup(name: str) -> Optional[Alias]:
-    """The alias of that lm-eval name, if there is one (whether or not a spec shadows it)."""
+    """Return the alias of that lm-eval name, if there is one (whether or not a spec shadows it)."""
     return _table().get(name.strip())
 
 
@@ -120,8 +124,10 @@ def all_aliases() -> list[Alias]:
 
 
 def describe(alias: Alias, num_fewshot: Optional[int] = None) -> str:
-    """One line: "hellaswag → hellaswag::leaderboard (0-shot, lm-eval's default)", and what
-    still differs from lm-eval, if anything."""
+    """Describe an alias in one line: "hellaswag → hellaswag::leaderboard (0-shot, lm-eval's default)".
+
+    The line ends with what still differs from lm-eval, if anything.
+    """
     shots = (f"{num_fewshot}-shot, --num-fewshot" if num_fewshot is not None
              else f"{alias.shots}-shot, lm-eval's default")
     line = f"{alias.name} → {alias.spec} ({shots})"

@@ -21,18 +21,24 @@ _CONFIG = {"arc_challenge": "ARC-Challenge", "arc_easy": "ARC-Easy"}
 
 
 class ARCTask(ChoiceTask):
+    """ARC Challenge or Easy as OLMES runs it, MC or RC over 3-5 options."""
+
     splits = ("test", "validation", "train")
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split of the spec's ARC set."""
         return load_split(DATASET, self.config.dataset_name, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the first num_shots examples of the spec's few-shot source."""
         return load_fewshot(self.config.needs("fewshot_source"), self.config.num_shots, data_dir)
 
     def native_id(self, row: dict, index: int) -> Any:
+        """Return the ARC question id."""
         return row["id"]
 
     def render(self, row: dict) -> Rendered:
+        """Lay a row out as MC or RC; the gold is its answer key's position in A..E (keys "1".."5" too)."""
         options = tuple(row["choices"]["text"])
         key = _NUM_TO_LETTER.get(row["answerKey"], row["answerKey"])
         if key not in LETTERS[: len(options)]:
@@ -43,6 +49,7 @@ class ARCTask(ChoiceTask):
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build each ARC set's :mc::olmes, :rc::olmes and :mc::xlarge configs."""
     out = {}
     for task, config_name in _CONFIG.items():
         rc_metric = "acc_uncond" if task == "arc_challenge" else "acc_per_char"

@@ -31,17 +31,23 @@ class Work(Protocol):
     """What every family's instance is: one document, keyed by `query_id`, and its requests."""
 
     @property
-    def query_id(self) -> str: ...
+    def query_id(self) -> str:
+        """The key of its record: `<task>#<native_id>`, made unique (`assign_query_ids`)."""
     @property
-    def doc_id(self) -> int: ...
+    def doc_id(self) -> int:
+        """Position in the task's final doc list."""
     @property
-    def native_id(self) -> Any: ...
+    def native_id(self) -> Any:
+        """The dataset's own id (may repeat)."""
     @property
-    def metadata(self) -> dict: ...
+    def metadata(self) -> dict:
+        """Sidecar columns and more: benchmark, subject, reasoning_type, ..."""
     @property
-    def requests(self) -> tuple[Request, ...]: ...
+    def requests(self) -> tuple[Request, ...]:
+        """The requests whose results score the document."""
     @property
-    def uncond_requests(self) -> tuple[Request, ...]: ...
+    def uncond_requests(self) -> tuple[Request, ...]:
+        """Requests scored without the question (RC's acc_uncond); empty for most families."""
     @property
     def gold(self) -> Any:
         """The gold answer as requests.jsonl records it (JSON)."""
@@ -68,10 +74,12 @@ class Instance:
 
     @property
     def requests(self) -> tuple[Loglikelihood, ...]:
+        """One loglikelihood request per continuation, each after the full prompt."""
         return tuple(Loglikelihood(self.prompt, c, self.policy) for c in self.continuations)
 
     @property
     def uncond_requests(self) -> tuple[Loglikelihood, ...]:
+        """One request per continuation after `uncond_context` alone; none without that context."""
         if self.uncond_context is None:
             return ()
         continuations = self.continuations if self.uncond_continuations is None else self.uncond_continuations
@@ -79,11 +87,12 @@ class Instance:
 
     @property
     def gold(self) -> int:
+        """The gold choice's index (`label`)."""
         return self.label
 
 
 def spec_sample(docs: list, limit: Optional[float]) -> list:
-    """The spec's own doc list: `random.Random(1234).sample` when a limit is smaller than the docs."""
+    """Return the spec's own doc list: `random.Random(1234).sample` when a limit is smaller than the docs."""
     if limit is None:
         return docs
     n = math.ceil(len(docs) * limit) if isinstance(limit, float) else int(limit)
@@ -125,8 +134,10 @@ class NumberedDoc(NamedTuple):
 
 @contextmanager
 def about(task_name: str) -> Iterator[None]:
-    """A UserError raised while a task builds its instances (reading its rows, few-shot
-    examples or prompts) names the task spec first: a suite reads many files."""
+    """Make a UserError raised while a task builds its instances name the task spec first.
+
+    Building reads the task's rows, few-shot examples and prompts, and a suite reads many files.
+    """
     try:
         yield
     except UserError as e:
@@ -134,7 +145,7 @@ def about(task_name: str) -> Iterator[None]:
 
 
 def number_docs(task_name: str, docs: list[dict], limit: Optional[int]) -> list[NumberedDoc]:
-    """The first `limit` docs with their doc ids and query ids (computed over all docs).
+    """Return the first `limit` docs with their doc ids and query ids (computed over all docs).
 
     A task without documents is refused here, before any model work.
     """
@@ -158,7 +169,7 @@ class Scored:
 
 def sidecar_row(config: TaskConfig, inst: Work, *, is_correct: Optional[bool], predicted_answer: Optional[str],
                 correct_answer: Optional[str]) -> QueryMetadata:
-    """A document's row of the query metadata sidecar."""
+    """Build a document's row of the query metadata sidecar."""
     return QueryMetadata(
         query_id=inst.query_id,
         benchmark=inst.metadata.get("benchmark", config.benchmark),
@@ -174,8 +185,10 @@ def sidecar_row(config: TaskConfig, inst: Work, *, is_correct: Optional[bool], p
 
 
 class Task(ABC):
-    """A task family module subclasses this; it knows where its data is, how a row reads,
-    and how its documents' responses score (`score_docs`)."""
+    """What a task family module subclasses.
+
+    It knows where its data is, how a row reads, and how its documents' responses score (`score_docs`).
+    """
 
     #: which record type its documents get (`proctor.outputs.records.RECORD_READERS`)
     kind: ClassVar[TaskKind]
@@ -189,8 +202,10 @@ class Task(ABC):
     default_multiturn: ClassVar[bool] = True
 
     def chat_format(self, fewshot_as_multiturn: Optional[bool]) -> ChatFormat:
-        """The chat layout a run's --chat-template gives this task (`fewshot_as_multiturn` None:
-        the protocol's default)."""
+        """Return the chat layout a run's --chat-template gives this task.
+
+        `fewshot_as_multiturn` None: the protocol's default.
+        """
         return ChatFormat(self.default_multiturn if fewshot_as_multiturn is None else fewshot_as_multiturn)
 
     def __init__(self, config: TaskConfig):
@@ -198,7 +213,7 @@ class Task(ABC):
 
     @abstractmethod
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        """The spec's full document list, in order (after the spec's own sampling).
+        """Return the spec's full document list, in order (after the spec's own sampling).
 
         Each doc is a row with its `native_id` and `split` added (`as_docs`).
         """
@@ -210,7 +225,7 @@ class Task(ABC):
         return ""
 
     def native_id(self, row: dict, index: int) -> Any:
-        """The dataset's own id; default: row index within its split."""
+        """Return the dataset's own id; default: row index within its split."""
         return index
 
     def row_metadata(self, row: dict) -> dict:
@@ -220,16 +235,16 @@ class Task(ABC):
     # ---- shared protocol ----------------------------------------------------------
 
     def as_docs(self, rows: list[dict], split: str) -> list[dict]:
-        """A split's rows as docs: each with its `native_id` and `split`."""
+        """Turn a split's rows into docs: each with its `native_id` and `split`."""
         return [{**row, "native_id": self.native_id(row, i), "split": split} for i, row in enumerate(rows)]
 
     def doc_metadata(self, doc: dict) -> dict:
-        """An instance's metadata: the sidecar columns a task knows, then `row_metadata`."""
+        """Return an instance's metadata: the sidecar columns a task knows, then `row_metadata`."""
         return {"benchmark": self.config.benchmark, "subject": self.config.subject,
                 "reasoning_type": None, "split": doc["split"], **self.row_metadata(doc)}
 
     def numbered_docs(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[NumberedDoc]:
-        """The first `limit` of `docs()` with their doc ids and query ids (over all docs)."""
+        """Return the first `limit` of `docs()` with their doc ids and query ids (over all docs)."""
         check_limit(limit)  # before any data is read
         return number_docs(self.config.name, self.docs(data_dir), limit)
 
@@ -243,13 +258,17 @@ class Task(ABC):
 
     @abstractmethod
     def score_docs(self, instances: Sequence[Any], results: Mapping[str, Any]) -> Scored:
-        """Each instance's record and sidecar row from the results of its requests (by
-        request key: each family reads its own result type, `proctor.requests.Result`), and
-        the task's aggregates. Pure for every family but code execution."""
+        """Build each instance's record and sidecar row, and the task's aggregates.
+
+        They come from the results of the instances' requests (by request key: each family reads its
+        own result type, `proctor.requests.Result`). Pure for every family but code execution.
+        """
 
     def item_count(self, data_dir: Optional[Path]) -> Optional[int]:
-        """Documents of the spec as `data_dir` holds them (`proctor tasks`); None when it cannot
-        tell, e.g. hellaswag train is not stored locally (the official size is shown then)."""
+        """Count the spec's documents as `data_dir` holds them (`proctor tasks`).
+
+        None when it cannot tell, e.g. hellaswag train is not stored locally (the official size is shown then).
+        """
         if data_dir is None:
             return None
         try:
@@ -258,5 +277,7 @@ class Task(ABC):
             return None
 
     def preflight(self, allow_unsafe_exec: bool) -> None:  # noqa: B027  (most tasks refuse nothing)
-        """Refuse now, before any model loads, what scoring would refuse after the model work
-        (HumanEval: a sandbox that cannot cut off the network, without `allow_unsafe_exec`)."""
+        """Refuse now, before any model loads, what scoring would refuse after the model work.
+
+        HumanEval: a sandbox that cannot cut off the network, without `allow_unsafe_exec`.
+        """

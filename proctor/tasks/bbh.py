@@ -1,4 +1,4 @@
-"""BIG-Bench-Hard, 3-shot chain of thought, as lm-evaluation-harness 0.4.13 runs it.
+r"""BIG-Bench-Hard, 3-shot chain of thought, as lm-evaluation-harness 0.4.13 runs it.
 
 Specs `bbh_<task>:cot::lm_eval` (27 tasks) reproduce lm-eval's `bbh_cot_fewshot_<task>`
 (tasks/bbh/cot_fewshot/<task>.yaml + _cot_fewshot_template_yaml); the suite
@@ -7,15 +7,15 @@ mean over all 6,511 docs (`weight_by_size: true`), so its primary aggregate is `
 
 - Docs: the Suzgun et al. release (`SaylorTwift/bbh` config <task>, test split; locally
   `bbh/bbh/<task>.json`), in order; native_id = row index.
-- Prompt: description + "\\n\\n", then for each of the 3 shots
-  "Q: {input}\\nA: Let's think step by step.\\n" + target + "\\n\\n", then
-  "Q: {input}\\nA: Let's think step by step.\\n" (target_delimiter ""); in chat format
+- Prompt: description + "\n\n", then for each of the 3 shots
+  "Q: {input}\nA: Let's think step by step.\n" + target + "\n\n", then
+  "Q: {input}\nA: Let's think step by step.\n" (target_delimiter ""); in chat format
   the description is the system message and each shot a user and an assistant turn
   (`proctor.tasks.lm_eval.context`). Tokenized under lm-eval's policy. Description and
   shots come from the release's `cot-prompts/<task>.txt` (lm-eval's YAML `samples` were
   generated from the same files; the text after "A: Let's think step by step." is the
   shot's target, whether the file puts it on a new line or after a space).
-- Generation: greedy, max_gen_toks 1024, stop at "</s>", "Q" or "\\n\\n".
+- Generation: greedy, max_gen_toks 1024, stop at "</s>", "Q" or "\n\n".
 - Answer: lm-eval's filter "get-answer" = first match of
   `(?<=the answer is )(.*)(?=.)`, stripped, else "[invalid]"; the same pattern for every
   task, multiple-choice or free-form. exact_match compares it with the target verbatim
@@ -58,6 +58,7 @@ class CotPrompt:
 
 
 def doc_to_text(question: str) -> str:
+    """Lay out a question as lm-eval's prompt does: "Q: ...", then the chain-of-thought cue."""
     return f"Q: {question}\n{COT_CUE}\n"
 
 
@@ -79,24 +80,29 @@ def parse_cot_prompt(text: str, where: str) -> CotPrompt:
 
 
 class BBHTask(GenerationTask):
+    """One BBH task as lm-eval's `bbh_cot_fewshot_<task>` runs it (the subject is the task)."""
+
     supports_chat = True
     supports_system_instruction = True
     metric_names = ("exact_match",)
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the task's test rows as docs."""
         return self.as_docs(load_split(DATASET, self.config.subject, "test", data_dir), "test")
 
     def cot_prompt_file(self) -> str:
+        """Return the path of the task's `cot-prompts` file, relative to the data directory."""
         return f"bbh/cot-prompts/{self.config.subject}.txt"
 
     def cot_prompt(self, data_dir: Optional[Path]) -> CotPrompt:
+        """Read and parse the task's `cot-prompts` file: all its shots."""
         relative = self.cot_prompt_file()
         text = load_data_text(relative, f"the BBH chain-of-thought prompt for {self.config.subject}",
                               data_dir)
         return parse_cot_prompt(text, relative)
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> CotPrompt:
-        """The description and the spec's shots (its first `num_shots`)."""
+        """Return the description and the spec's shots (its first `num_shots`)."""
         cot = self.cot_prompt(data_dir)
         k = self.config.num_shots
         if k > len(cot.shots):
@@ -105,6 +111,7 @@ class BBHTask(GenerationTask):
         return CotPrompt(cot.description, cot.shots[:k])
 
     def doc_request(self, prefix: CotPrompt, doc: dict) -> Generate:
+        """Build the doc's greedy request: description, shots and question as lm-eval lays them out."""
         c = self.config
         context = fewshot_context(prefix.description + "\n\n", [(doc_to_text(q), a) for q, a in prefix.shots],
                                   doc_to_text(doc["input"]), target_delimiter="", fewshot_delimiter="\n\n",
@@ -113,9 +120,11 @@ class BBHTask(GenerationTask):
                         temperature=0.0, policy="lm_eval")
 
     def doc_target(self, doc: dict) -> str:
+        """Return the doc's target, compared verbatim."""
         return doc["target"]
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        """Score the first sample's "the answer is" extraction by exact match with the target."""
         if not result.samples:
             raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
         sample = result.samples[0]  # lm-eval's take_first
@@ -133,10 +142,12 @@ class BBHTask(GenerationTask):
 
 
 def spec_name(task: str) -> str:
+    """Return the spec name of a BBH task: `bbh_<task>:cot::lm_eval`."""
     return f"bbh_{task}:cot::{VARIANT}"
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the config of each task's spec."""
     return {
         spec_name(t): TaskConfig(name=spec_name(t), benchmark="bbh", dataset_path=DATASET,
                                  dataset_name=t, split="test", num_shots=3,

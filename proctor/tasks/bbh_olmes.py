@@ -1,4 +1,4 @@
-"""BIG-Bench-Hard as OLMES's chat (Tulu) regime runs it: 3-shot chain of thought, multiturn.
+r"""BIG-Bench-Hard as OLMES's chat (Tulu) regime runs it: 3-shot chain of thought, multiturn.
 
 Specs (27 tasks each), as allenai/olmes @5a51f50 `oe_eval/configs/tasks.py` defines them
 (the `for task_type in BBH_TASKS` block), on class `GenericBBH` of
@@ -21,10 +21,10 @@ assistant_prefix None, fewshot_as_multiturn True), description `BBH_DESCRIPTIONS
 
 - Prompt (`GenericBBH._process_doc`, then `Task.fewshot_context` with use_chat_format,
   `proctor.tasks.prompts.olmes_chat`): a user turn
-  description + "Q: {input}\\nA: Let's think step by step." and an assistant turn
+  description + "Q: {input}\nA: Let's think step by step." and an assistant turn
   `solution.strip()` per shot (solution: the shot's target with a leading
   "Let's think step by step." removed), the description before the first shot only; then
-  the doc's user turn "Q: {input}\\nA: Let's think step by step.". The model's template
+  the doc's user turn "Q: {input}\nA: Let's think step by step.". The model's template
   renders it with its generation prompt; nothing follows (no assistant prefix). Default
   OLMES tokenization policy.
 - Generation: greedy, 512 new tokens, no stop strings: OLMES stops at the model's EOS only
@@ -43,13 +43,13 @@ counts and `num_bytes` (UTF-8 bytes of input and target plus 8 offset bytes per 
 those of the local files for all 27 tasks. Shots and descriptions come from the release's
 `bbh/cot-prompts/<task>.txt`: each `STD:bbh_<task>` entry (input, target) equals the parsed
 file's shot byte for byte, and each `BBH_DESCRIPTIONS` value is the file's description plus
-"\\n\\n" (checked for all 27 tasks at 5a51f50).
+"\n\n" (checked for all 27 tasks at 5a51f50).
 
 Differences from OLMES. (1) Stops: OLMES passes only the tokenizer's EOS (`eot_token_id`);
 with a template whose end of turn differs from that token (e.g. Llama 3's `<|eot_id|>`
 against `<|end_of_text|>`), OLMES generates past the end of turn up to 512 tokens while
-proctor stops there. (2) OLMES's `_extract_answer_regex` appends "\\b([A-Z])\\b" written in a
-non-raw string, so its "\\b" is a backspace character (U+0008); it is kept so, and in
+proctor stops there. (2) OLMES's `_extract_answer_regex` appends "\b([A-Z])\b" written in a
+non-raw string, so its "\b" is a backspace character (U+0008); it is kept so, and in
 practice never matches.
 """
 
@@ -114,7 +114,7 @@ def doc_to_text(question: str) -> str:
 
 
 def solution(target: str) -> str:
-    """A shot's chain of thought: its target without a leading "Let's think step by step."."""
+    """Strip a leading "Let's think step by step." from a shot's target, leaving its chain of thought."""
     return re.sub("^Let's think step by step.", "", target)
 
 
@@ -125,10 +125,12 @@ def gold_answer(target: str) -> str:
 
 
 def is_multiple_choice(task: str) -> bool:
+    """Tell whether a BBH task's answers are parenthesised letters (it has no answer regex of its own)."""
     return task not in ANSWER_REGEX
 
 
 def answer_regex(task: str) -> str:
+    """Return the regex the task's answers match: its own from OLMES, or a parenthesised letter."""
     return MC_ANSWER if is_multiple_choice(task) else ANSWER_REGEX[task]
 
 
@@ -139,7 +141,7 @@ def extract_the_answer_is(text: str) -> str:
 
 
 def _first_pattern_last_match(text: str, patterns: list[str]) -> str:
-    """The last match of the first pattern that matches at all ("" when none does)."""
+    """Return the last match of the first pattern that matches at all ("" when none does)."""
     for pattern in patterns:
         found = re.findall(pattern, text)
         if found:
@@ -148,8 +150,10 @@ def _first_pattern_last_match(text: str, patterns: list[str]) -> str:
 
 
 def _strip_delimiters(answer: str, pattern: str) -> str:
-    """Each delimiter pair removed from around the answer (unless its left side is itself a
-    valid answer), the answer stripped after each."""
+    """Remove each delimiter pair from around the answer, stripping the answer after each.
+
+    A pair whose left side is itself a valid answer is skipped.
+    """
     for left, right in DELIMITERS:
         if re.match(pattern, left):
             continue
@@ -171,7 +175,7 @@ def extract_answer_regex(text: str, task: str) -> str:
 
 
 def extractor(fmt: str, task: str) -> Callable[[str], str]:
-    """The spec format's answer extraction."""
+    """Return the spec format's answer extraction."""
     if fmt == "cot-v1":
         return lambda text: extract_answer_regex(text, task)
     if fmt == "cot":
@@ -198,13 +202,15 @@ class BBHOlmesTask(GenerationTask):
         self.extract = extractor(parse_spec(config.name)[1] or "", config.needs("subject"))
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the docs as the lm-eval BBH family does (`BBHTask`)."""
         return self.reader.docs(data_dir)
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> CotPrompt:
-        """The description and the first `num_shots` shots of `cot-prompts/<task>.txt`."""
+        """Return the description and the first `num_shots` shots of `cot-prompts/<task>.txt`."""
         return self.reader.prompt_prefix(data_dir)
 
     def doc_request(self, prefix: CotPrompt, doc: dict) -> Generate:
+        """Build the doc's chat request: shots as turns; greedy, 512 new tokens, no stop strings."""
         chat = self.config.chat
         if chat is None:
             raise ValueError(f"{self.config.name} is a chat spec; its config has no chat format")
@@ -214,9 +220,11 @@ class BBHOlmesTask(GenerationTask):
         return Generate(context=context, max_gen_toks=MAX_GEN_TOKS, stop=(), do_sample=False, temperature=0.0)
 
     def doc_target(self, doc: dict) -> str:
+        """Return the doc's gold: the `answer is ...` part of its target, else the target."""
         return gold_answer(doc["target"])
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        """Score the first sample's extracted answer by OLMES's exact match and by string equality."""
         if not result.samples:
             raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
         gold, task = instance.target, self.config.needs("subject")
@@ -233,14 +241,17 @@ class BBHOlmesTask(GenerationTask):
 
 
 def spec_name(task: str, fmt: str = "cot-v1") -> str:
+    """Return the spec name of a BBH task in a format: `bbh_<task>:<fmt>::tulu`."""
     return f"bbh_{task}:{fmt}::{VARIANT}"
 
 
 def suite_name(fmt: str = "cot-v1") -> str:
+    """Return the name of the suite of all BBH tasks in a format: `bbh:<fmt>::tulu`."""
     return f"bbh:{fmt}::{VARIANT}"
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the config of every spec: each BBH task in each format."""
     return {
         spec_name(t, fmt): TaskConfig(name=spec_name(t, fmt), benchmark="bbh", dataset_path=bbh.DATASET,
                                       dataset_name=t, split="test", num_shots=3, primary_metric="exact_match",

@@ -84,7 +84,7 @@ def tasks() -> Mapping[str, tuple[type[Task], TaskConfig]]:
 
 
 def builtin_names() -> set[str]:
-    """The built-in task specs and suites."""
+    """Return the built-in task specs and suites."""
     return set(builtin_tasks()) | set(suites())
 
 

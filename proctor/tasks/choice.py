@@ -54,6 +54,7 @@ class RankedChoiceTask(Task):
         return {}
 
     def score_docs(self, instances: Sequence[Instance], results: Mapping[str, LoglikelihoodResult]) -> Scored:
+        """Rank each instance's choices by log-likelihood and its normalisations; records, sidecar, means."""
         primary_kind = self.config.primary_metric.removeprefix("acc_")
         records, sidecar, doc_metrics = [], [], []
         for inst in instances:
@@ -95,6 +96,7 @@ class ChoiceTask(RankedChoiceTask):
 
     @property
     def is_mc(self) -> bool:
+        """Whether the spec is the MC form (letters) rather than RC (answer texts)."""
         return spec_format(self.config.name) == "mc"
 
     # ---- what a family provides -------------------------------------------------
@@ -109,11 +111,12 @@ class ChoiceTask(RankedChoiceTask):
 
     @abstractmethod
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        """The few-shot rows in order; the first `num_shots` are used (fewer is an error)."""
+        """Return the few-shot rows in order; the first `num_shots` are used (fewer is an error)."""
 
     # ---- the protocol -----------------------------------------------------------
 
     def eval_splits(self) -> tuple[str, ...]:
+        """Return the splits evaluated: the spec's, or for "all" those the family has, in OLMES order."""
         if self.config.split == "all":
             return tuple(s for s in ALL_SPLITS_ORDER if s in self.splits)
         return (self.config.split,)
@@ -129,13 +132,13 @@ class ChoiceTask(RankedChoiceTask):
         return assign_query_ids(self.config.name, [d["native_id"] for d in self.docs(data_dir)])
 
     def labels(self, rendered: Rendered) -> tuple[str, ...]:
-        """What the model chooses between: letters for MC, the answer texts for RC."""
+        """Return what the model chooses between: letters for MC, the answer texts for RC."""
         if self.is_mc:
             return tuple(LETTERS[: len(rendered.options)])
         return rendered.options
 
     def shots(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
-        """The spec's few-shot examples as (prompt text, " " + gold label)."""
+        """Return the spec's few-shot examples as (prompt text, " " + gold label)."""
         k = self.config.num_shots
         if k == 0:
             return []
@@ -152,10 +155,11 @@ class ChoiceTask(RankedChoiceTask):
         return out
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
-        """Description plus few-shot block: the part every doc's prompt starts with."""
+        """Return the description plus few-shot block: the part every doc's prompt starts with."""
         return str(olmes_context(self.description(), self.shots(data_dir), ""))
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+        """Build one `Instance` per document: OLMES's prompt, continuations and unconditioned context."""
         check_limit(limit)  # before any data is read
         with about(self.config.name):
             return self._instances(data_dir, limit)

@@ -47,13 +47,13 @@ class TaskConfig:
 
     @classmethod
     def from_dict(cls, entry: dict) -> "TaskConfig":
-        """The config as metrics.json's `task_config` holds it (`dataclasses.asdict`)."""
+        """Rebuild a config from metrics.json's `task_config` (written by `dataclasses.asdict`)."""
         chat, tags = entry.get("chat"), entry.get("think_tags")
         return cls(**{**entry, "chat": ChatFormat(**chat) if isinstance(chat, dict) else chat,
                       "think_tags": tuple(tags) if isinstance(tags, list) else tags})
 
     def needs(self, field: str) -> str:
-        """An optional text field this task's family always sets (subject, fewshot_source, ...)."""
+        """Return an optional text field this task's family always sets (subject, fewshot_source, ...)."""
         value = getattr(self, field)
         if not isinstance(value, str):
             raise ValueError(f"{self.name}: its config has no {field}")

@@ -1,9 +1,8 @@
-"""Data-only task files: a YAML (or TOML) file that defines tasks over a local data file or a
-hub dataset, rendered exactly as the built-in OLMES tasks render.
+r"""Data-only task files: tasks over a local data file or a hub dataset, defined in YAML (or TOML).
 
-A file holds one task (a mapping with `name`) or several (`tasks:`, a list of them; in TOML
-`[[tasks]]`). A task gives the spec names `<name>:mc` and `<name>:rc` when it has `choices`,
-and `<name>:gen` when it has `generation`::
+Their tasks render exactly as the built-in OLMES tasks render. A file holds one task (a mapping
+with `name`) or several (`tasks:`, a list of them; in TOML `[[tasks]]`). A task gives the spec
+names `<name>:mc` and `<name>:rc` when it has `choices`, and `<name>:gen` when it has `generation`::
 
     name: my_mc                 # required: letters, digits, _ . - (no ':'); not a built-in task's name
     dataset:                    # required: exactly one of path / hub
@@ -18,7 +17,7 @@ and `<name>:gen` when it has `generation`::
     answer_format: index        # optional: index (0-based int, or a string of digits) or letter
                                 # ("A", "B", ...); by default the first row decides, every row must agree
     id: id                      # optional: a field holding each row's native id (default: row index)
-    description: "The following are multiple choice questions (with answers) about astronomy.\\n\\n"
+    description: "The following are multiple choice questions (with answers) about astronomy.\n\n"
     fewshot:                    # optional (default 0-shot)
       path: dev.jsonl           #   rows of the same shape, from a file (relative to the task file),
       # split: dev              #   or from another split of the hub dataset
@@ -31,13 +30,13 @@ and `<name>:gen` when it has `generation`::
                                 # documents are one cluster in the errors of compare and report
     generation:                 # optional: gives <name>:gen, a greedy cloze answer scored by exact_match
       target: answer_text       #   required: the field holding the gold text (compared after strip())
-      stop: ["\\n\\n"]           #   optional (default ["\\n\\n"])
+      stop: ["\n\n"]            #   optional (default ["\n\n"])
       max_gen_toks: 64          #   optional (default 64)
 
 A field name may be dotted (`question.stem`) to read a nested field. Prompts are OLMES's:
-MC "Question: q\\n A. c0\\n B. c1 ...\\nAnswer:" scored on " A", " B", ...; RC
-"Question: q\\nAnswer:" scored on " " + each choice (unconditioned context "Answer:"); gen
-"Question: q\\nAnswer:" with few-shot answers from the target field. Query ids are
+MC "Question: q\n A. c0\n B. c1 ...\nAnswer:" scored on " A", " B", ...; RC
+"Question: q\nAnswer:" scored on " " + each choice (unconditioned context "Answer:"); gen
+"Question: q\nAnswer:" with few-shot answers from the target field. Query ids are
 `<spec>#<native_id>`.
 
 The file's schema is checked when it is included; its rows when the task reads them. Every
@@ -83,6 +82,8 @@ GENERATION_FIELDS = ("target", "stop", "max_gen_toks")
 
 @dataclass(frozen=True)
 class Dataset:
+    """Where a task's rows come from: a local file or a hub dataset (and its config), and the split."""
+
     path: Optional[Path]        # a local file (resolved against the task file's folder), or
     hub: Optional[str]          # a hub dataset id
     config: Optional[str]
@@ -91,6 +92,8 @@ class Dataset:
 
 @dataclass(frozen=True)
 class FewShot:
+    """Where a task's few-shot examples come from, how many are used, and how they are picked."""
+
     path: Optional[Path]        # a local file, or
     split: Optional[str]        # another split of the hub dataset
     num_shots: int
@@ -99,6 +102,8 @@ class FewShot:
 
 @dataclass(frozen=True)
 class Generation:
+    """A task's `generation` field: the field holding the gold text, stop sequences, the token budget."""
+
     target: str
     stop: tuple[str, ...]
     max_gen_toks: int
@@ -125,12 +130,15 @@ class TaskDef:
 
     @property
     def forms(self) -> tuple[str, ...]:
+        """The forms the task gives: mc and rc with `choices`, gen with `generation`."""
         return (("mc", "rc") if self.choices is not None else ()) + (("gen",) if self.generation else ())
 
     def spec(self, form: str) -> str:
+        """Return the spec name of one of its forms: `<name>:<form>`."""
         return f"{self.name}:{form}"
 
     def config(self, form: str) -> TaskConfig:
+        """Build the TaskConfig of one of its forms."""
         d, f = self.dataset, self.fewshot
         fewshot_source = None if f is None else str(f.path) if f.path else f"{d.hub}:{f.split}"
         return TaskConfig(name=self.spec(form), benchmark=self.benchmark,
@@ -405,8 +413,10 @@ class _FromFile:
         return {"cluster": row["cluster"]}
 
     def shot_rows(self, data_dir: Optional[Path], row_of: Callable[[dict, str], dict]) -> list[dict]:
-        """The few-shot rows in prompt order: all of them (the first num_shots are used), or a
-        seeded sample of num_shots."""
+        """Return the few-shot rows in prompt order.
+
+        All of them (the first num_shots are used), or a seeded sample of num_shots.
+        """
         f, k = self.source.fewshot, self.config.num_shots
         if f is None:
             raise UserError(f"{self.source.file}: the spec asks for {k} few-shot examples but the task "
@@ -421,18 +431,23 @@ class FileChoiceTask(_FromFile, ChoiceTask):
     """`<name>:mc` / `<name>:rc` of a task file."""
 
     def description(self) -> str:
+        """Return the task's `description` field."""
         return self.source.description
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read and check the dataset's rows (a task file has one split: `split` is not consulted)."""
         return [self.choice_row(row, where) for where, row in self.raw_rows(data_dir, fewshot=False)]
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read and check the few-shot rows, in prompt order (`shot_rows`)."""
         return self.shot_rows(data_dir, self.choice_row)
 
     def item_count(self, data_dir: Optional[Path]) -> Optional[int]:
+        """Count the docs when the rows are local (never from the hub); None otherwise."""
         return _item_count(self, data_dir)
 
     def choice_row(self, row: dict, where: str) -> dict:
+        """Check a row and reduce it to its question, choices, gold index, id and cluster."""
         s = self.source
         at = f"{s.file}: {where}: the row"
         if isinstance(s.choices, tuple):
@@ -451,6 +466,7 @@ class FileChoiceTask(_FromFile, ChoiceTask):
     _answer_format: Optional[str] = None   # inferred from the first row read, when not given
 
     def gold(self, row: dict, n: int, where: str) -> int:
+        """Read a row's gold choice as an index, in the answer format given or inferred from the first row."""
         s = self.source
         value = field(row, str(s.answer), Union[int, str], f"{s.file}: {where}: the row")
         is_index = isinstance(value, int) or (value.isascii() and value.isdigit())
@@ -470,6 +486,7 @@ class FileChoiceTask(_FromFile, ChoiceTask):
         return gold
 
     def render(self, row: dict) -> Rendered:
+        """Lay a row out as OLMES does: MC with lettered choices, RC as a cloze prompt."""
         q, choices = row["question"], tuple(row["choices"])
         text = make_mcq_prompt(q, choices) if self.is_mc else make_cloze_prompt(q)
         return Rendered(text=text, options=choices, gold=row["answer"])
@@ -481,19 +498,23 @@ class FileGenerationTask(_FromFile, GenerationTask):
     metric_names = ("exact_match",)
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read and check the dataset's rows as docs."""
         rows = [self.gen_row(row, where) for where, row in self.raw_rows(data_dir, fewshot=False)]
         return self.as_docs(rows, self.config.split)
 
     def item_count(self, data_dir: Optional[Path]) -> Optional[int]:
+        """Count the docs when the rows are local (never from the hub); None otherwise."""
         return _item_count(self, data_dir)
 
     def gen_row(self, row: dict, where: str) -> dict:
+        """Check a row and reduce it to its question, target text, id and cluster."""
         assert self.source.generation is not None
         target = field(row, self.source.generation.target, Union[str, int], f"{self.source.file}: {where}: the row")
         return {"question": self.text(row, self.source.question, where), "target": str(target),
                 "id": self.row_id(row, where), "cluster": self.row_cluster(row, where)}
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
+        """Return the description, then num_shots few-shot examples as cloze question-answer blocks."""
         k = self.config.num_shots
         if not k:
             return self.source.description
@@ -505,15 +526,18 @@ class FileGenerationTask(_FromFile, GenerationTask):
                               [shot_block(make_cloze_prompt(s["question"]), s["target"]) for s in shots[:k]])
 
     def doc_request(self, prefix: str, doc: dict) -> Generate:
+        """Ask for an answer to the doc's cloze prompt after the prefix, with the task's stop and max_gen_toks."""
         g = self.source.generation
         assert g is not None
         return Generate(context=prefix + make_cloze_prompt(doc["question"]), max_gen_toks=g.max_gen_toks,
                         stop=g.stop)
 
     def doc_target(self, doc: dict) -> str:
+        """Return the doc's gold text."""
         return doc["target"]
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        """Match each sample's stripped text against the stripped target; the first sample is scored."""
         if not result.samples:
             raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
         gold = str(instance.target).strip()
@@ -538,12 +562,12 @@ def _item_count(task: Any, data_dir: Optional[Path]) -> Optional[int]:
 
 
 def task_class(defn: TaskDef, form: str) -> type:
-    """The class a spec of a task file resolves to: the family class, bound to its definition."""
+    """Return the class a spec of a task file resolves to: the family class, bound to its definition."""
     base = FileGenerationTask if form == "gen" else FileChoiceTask
     return type(f"{base.__name__}[{defn.spec(form)}]", (base,), {"source": defn, "__module__": __name__})
 
 
 def _short(value: Any) -> str:
-    """A value as a message shows it: short reprs in full, long ones by type."""
+    """Render a value for a message: short reprs in full, long ones by type."""
     text = repr(value)
     return text if len(text) <= 60 else json_type(value)

@@ -33,14 +33,17 @@ class GenerationInstance:
 
     @property
     def prompt(self) -> Context:
+        """The prompt: the request's context."""
         return self.request.context
 
     @property
     def requests(self) -> tuple[Generate, ...]:
+        """The one Generate request."""
         return (self.request,)
 
     @property
     def uncond_requests(self) -> tuple:
+        """Empty: a generation doc has no unconditioned requests."""
         return ()
 
     @property
@@ -69,20 +72,24 @@ class GenerationTask(Task):
     metric_names: tuple[str, ...] = ()
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> Any:
-        """What every doc's prompt is built from, read once: the description and few-shot block
-        as a prefix string, or (a family that lays prompts out as chats) its few-shot material."""
+        """Read once what every doc's prompt is built from.
+
+        The description and few-shot block as a prefix string, or (a family that lays prompts out
+        as chats) its few-shot material.
+        """
         return ""
 
     @abstractmethod
     def doc_request(self, prefix: Any, doc: dict) -> Generate:
-        """The doc's Generate request; `prefix` is `prompt_prefix()`."""
+        """Build the doc's Generate request; `prefix` is `prompt_prefix()`."""
 
     @abstractmethod
     def doc_target(self, doc: dict) -> Any:
-        """The doc's gold answer, in the form `score` reads."""
+        """Return the doc's gold answer, in the form `score` reads."""
 
     def instances(self, data_dir: Optional[Path],
                   limit: Optional[int] = None) -> list[GenerationInstance]:
+        """Build one `GenerationInstance` per document, the prompt prefix read once for all."""
         check_limit(limit)  # before any data is read
         with about(self.config.name):
             return self._instances(data_dir, limit)
@@ -109,13 +116,14 @@ class GenerationTask(Task):
         return [self.score(inst, res) for inst, res in zip(instances, results)]
 
     def settings(self, instances: Sequence[GenerationInstance]) -> GenerationSettings:
-        """What the task asks the model for (metrics.json), from its first request."""
+        """Return what the task asks the model for (metrics.json), from its first request."""
         r = instances[0].request
         return GenerationSettings(max_gen_toks=r.max_gen_toks, stop=r.stop, do_sample=r.do_sample,
                                   temperature=r.temperature, top_p=r.top_p, repeats=r.repeats)
 
     def score_docs(self, instances: Sequence[GenerationInstance],
                    results: Mapping[str, GenerateResult]) -> Scored:
+        """Score every doc into records, sidecar rows and means (with think tags, answers skip the reasoning)."""
         raw = [results[inst.request.key] for inst in instances]
         tags = self.config.think_tags
         if tags is None:
@@ -136,8 +144,11 @@ class GenerationTask(Task):
 
 
 def without_reasoning(text: str, tags: tuple[str, str]) -> str:
-    """The text after the last closing tag, left-stripped (lm-eval's `think_end_token` rule);
-    a text whose reasoning never closed has no answer: the text before its opening tag."""
+    """Return the answer part of a generated text: what follows the last closing tag, left-stripped.
+
+    That is lm-eval's `think_end_token` rule; a text whose reasoning never closed has no answer:
+    the text before its opening tag.
+    """
     opening, closing = tags
     if closing in text:
         return text.split(closing)[-1].lstrip()
@@ -151,7 +162,7 @@ def _without_reasoning(result: GenerateResult, tags: tuple[str, str]) -> Generat
 
 
 def _with_raw_text(score: DocScore, raw: GenerateResult) -> DocScore:
-    """The doc's score with each sample's generated text, the answer text in `details`."""
+    """Return the doc's score with each sample's generated text, the answer text in `details`."""
     outputs = tuple(replace(out, text=sample.text, details={**out.details, "answer_text": out.text})
                     for out, sample in zip(score.model_output, raw.samples))
     return replace(score, model_output=outputs)

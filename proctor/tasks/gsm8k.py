@@ -1,4 +1,4 @@
-"""GSM8K (`openai/gsm8k`, config `main`): OLMES 8-shot chain-of-thought generation.
+r"""GSM8K (`openai/gsm8k`, config `main`): OLMES 8-shot chain-of-thought generation.
 
 Specs:
 
@@ -10,7 +10,7 @@ Specs:
   test, num_shots 8, fewshot_source STD:GSM8k, primary exact_match, no overrides), so its
   generation is the GSM8K task default of `oe_eval/tasks/oe_eval_tasks/gsm8k.py`:
   max_gen_toks 512, do_sample False, temperature 0.0, stop sequences
-  ["Question:", "</s>", "<|im_end|>", "\\n\\n"] — the same as olmo3:n8:v2, which only
+  ["Question:", "</s>", "<|im_end|>", "\n\n"] — the same as olmo3:n8:v2, which only
   overrides sampling and repeats (OLMES's gsm8k.py itself was not in the searched corpus;
   its defaults are as quoted by ports of it and the OLMo-3 evaluation protocol).
 
@@ -25,7 +25,7 @@ chat_overrides apply (allenai/olmes oe_eval/tasks/oe_eval_tasks/gsm8k.py): assis
 
 All: test split, 1,319 docs in order; native_id = row index (OLMES maps the split with
 `with_indices=True` into field `id`); prompt = 8 shots of STD:GSM8k
-("Question: q\\nAnswer: <cot>") then "Question: q\\nAnswer:".
+("Question: q\nAnswer: <cot>") then "Question: q\nAnswer:".
 """
 
 from __future__ import annotations
@@ -76,11 +76,14 @@ VARIANTS: dict[str, Variant] = {
 
 
 class GSM8KTask(GenerationTask):
+    """GSM8K as OLMES runs it: few-shot chain of thought, each sample's last number its answer."""
+
     supports_chat = True
     supports_system_instruction = True   # OLMES's context_kwargs system_prompt
     system_instruction_needs_chat = True
 
     def chat_format(self, fewshot_as_multiturn: Optional[bool]) -> ChatFormat:
+        """Return OLMES's GSM8K chat layout ("Answer:" assistant prefix); shots as turns unless the run says not."""
         return replace(CHAT, fewshot_as_multiturn=fewshot_as_multiturn is not False)
 
     def __init__(self, config: TaskConfig):
@@ -91,25 +94,29 @@ class GSM8KTask(GenerationTask):
                              "exact_match")
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the split's rows as docs."""
         return self.as_docs(load_split(DATASET, CONFIG, self.config.split, data_dir), self.config.split)
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
-        """The shots as (prompt text, " " + chain of thought)."""
+        """Return the shots as (prompt text, " " + chain of thought)."""
         k = self.config.num_shots
         if k == 0:
             return []
         return [(make_cloze_prompt(s["question"]), " " + s["answer"]) for s in load_fewshot(FEWSHOT, k, data_dir)]
 
     def doc_request(self, prefix: list[tuple[str, str]], doc: dict) -> Generate:
+        """Build the doc's request with the variant's decoding; in chat format without the blank-line stop."""
         v, chat = self.variant, self.config.chat
         context = olmes_context("", prefix, make_cloze_prompt(doc["question"]), chat, self.config.system_instruction)
         return Generate(context=context, max_gen_toks=v.max_gen_toks, stop=STOP if chat is None else CHAT_STOP,
                         do_sample=v.do_sample, temperature=v.temperature, top_p=v.top_p, repeats=v.repeats)
 
     def doc_target(self, doc: dict) -> str:
+        """Return the gold number of the doc's answer (`gsm8k_gold`)."""
         return gsm8k_gold(doc["answer"])
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        """Match each sample's last number with the gold: pass@k and maj@k over samples, exact_match of the first."""
         samples = result.samples
         if not samples:
             raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
@@ -129,6 +136,7 @@ class GSM8KTask(GenerationTask):
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the config of each spec (`VARIANTS`); gsm8k::tulu's in OLMES's chat format."""
     return {
         name: TaskConfig(name=name, benchmark="gsm8k", dataset_path=DATASET, dataset_name=CONFIG,
                          split="test", num_shots=8, primary_metric=v.primary_metric,

@@ -28,25 +28,33 @@ MC_CHOICES_PREFIX = "Choose the best continuation:\n"
 
 
 def mc_query(row: dict) -> str:
-    """OLMES `HellaSwagMC._process_doc` (allenai/olmes oe_eval/tasks/oe_eval_tasks/hellaswag.py):
+    r"""Build a row's MC query as OLMES's `HellaSwagMC._process_doc` does.
+
+    In allenai/olmes oe_eval/tasks/oe_eval_tasks/hellaswag.py that is
     `make_mcq_prompt(f"{label}: {ctx_a} {ctx_b.capitalize()}", endings, question_prefix="",
     choices_prefix="Choose the best continuation:\n")`, then `preprocess` over the whole query
-    (strip only at its ends: a WikiHow item's empty ctx_b leaves a space before the newline)."""
+    (strip only at its ends: a WikiHow item's empty ctx_b leaves a space before the newline).
+    """
     question = f"{row['activity_label']}: {row['ctx_a']} {row['ctx_b'].capitalize()}"
     lines = "\n".join(f" {LETTERS[i]}. {text}" for i, text in enumerate(row["endings"]))
     return hellaswag_preprocess(f"{question}\n{MC_CHOICES_PREFIX}{lines}\nAnswer:")
 
 
 class HellaSwagTask(ChoiceTask):
+    """HellaSwag as OLMES runs it: the endings as RC continuations, or lettered for MC."""
+
     splits = ("validation", "train")  # the hub's test split has no labels
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split's rows."""
         return load_split(DATASET, None, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the first num_shots of OLMES's HellaSwag few-shot examples."""
         return load_fewshot(FEWSHOT, self.config.num_shots, data_dir)
 
     def render(self, row: dict) -> Rendered:
+        """Lay a row out as OLMES's MC query or RC's "label: context" query; options are the preprocessed endings."""
         options = tuple(hellaswag_preprocess(e) for e in row["endings"])
         if self.is_mc:
             return Rendered(text=mc_query(row), options=options, gold=int(row["label"]))
@@ -56,9 +64,11 @@ class HellaSwagTask(ChoiceTask):
 
 
 def configs() -> dict[str, TaskConfig]:
-    """allenai/olmes oe_eval/configs/tasks.py: hellaswag:{rc,mc}::olmes (validation, limit
-    1000) and hellaswag:rc::xlarge (all, limit 10_000); MC's primary acc_raw is HellaSwagMC's
-    default, RC's acc_per_char is set in the config."""
+    """Build the HellaSwag configs of allenai/olmes oe_eval/configs/tasks.py.
+
+    hellaswag:{rc,mc}::olmes (validation, limit 1000) and hellaswag:rc::xlarge (all, limit
+    10_000); MC's primary acc_raw is HellaSwagMC's default, RC's acc_per_char is set in the config.
+    """
     def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
         return TaskConfig(name=name, benchmark="hellaswag", dataset_path=DATASET,
                           dataset_name=None, split=split, num_shots=5,

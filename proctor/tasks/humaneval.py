@@ -1,17 +1,17 @@
-"""HumanEval (`openai/openai_humaneval`, test split, 164 problems): code completion
-judged by running the problem's tests on the completed function in the sandbox.
+r"""HumanEval: code completion judged by running the problem's tests on the completed function in the sandbox.
 
-Both specs reproduce lm-evaluation-harness 0.4.13's `humaneval` task family
-(lm_eval/tasks/humaneval/humaneval*.yaml and utils.py):
+The data is `openai/openai_humaneval`, test split, 164 problems. Both specs reproduce
+lm-evaluation-harness 0.4.13's `humaneval` task family (lm_eval/tasks/humaneval/humaneval*.yaml
+and utils.py):
 
 - prompt = the doc's `prompt` (the signature and docstring), 0-shot; with a chat
   template (lm-eval's --apply_chat_template) it is the one user turn; lm-eval's
   tokenization policy;
-- generation stops at "\\nclass", "\\ndef", "\\n#", "\\nif" or "\\nprint", at most 1,024
+- generation stops at "\nclass", "\ndef", "\n#", "\nif" or "\nprint", at most 1,024
   new tokens;
-- the program run is `prompt + completion + "\\n" + test + "\\ncheck(entry_point)"`
+- the program run is `prompt + completion + "\n" + test + "\ncheck(entry_point)"`
   (lm-eval's `build_predictions` filter joins prompt and completion; HF `code_eval`
-  appends "\\n" and the reference, which is `doc_to_target` = test + "\\ncheck(...)");
+  appends "\n" and the reference, which is `doc_to_target` = test + "\ncheck(...)");
 - a sample passes when that program runs to the end within 3 s (code_eval's timeout).
   It is run split in two (`sandbox.judge`), so that generated code cannot report its
   own pass: `prompt + completion` in the sandboxed candidate process, the prompt (for
@@ -86,15 +86,18 @@ class Problem:
     canonical_solution: str
 
     def program(self, completion: str) -> str:
-        """The single program lm-eval / code_eval run (what `candidate` splits in two)."""
+        """Return the single program lm-eval / code_eval run (what `candidate` splits in two)."""
         return self.prompt + completion + "\n" + self.test + f"\ncheck({self.entry_point})"
 
     def candidate(self, completion: str) -> sandbox.Candidate:
+        """Split the program for `sandbox.judge`: prompt + completion sandboxed, the prompt and test trusted."""
         return sandbox.Candidate(source=self.prompt + completion, entry_point=self.entry_point,
                                  prelude=self.prompt, test=self.test)
 
 
 class HumanEvalTask(GenerationTask):
+    """HumanEval as lm-eval runs it: completions of each problem's prompt, scored by running its tests."""
+
     supports_chat = True
     supports_system_instruction = True
 
@@ -107,12 +110,15 @@ class HumanEvalTask(GenerationTask):
         self.workers: Optional[int] = None   # sandbox pool size; None: by CPU count
 
     def native_id(self, row: dict, index: int) -> str:
+        """Return the problem's `task_id` ("HumanEval/0")."""
         return row["task_id"]
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the split's problems as docs."""
         return self.as_docs(load_split(DATASET, None, self.config.split, data_dir), self.config.split)
 
     def doc_request(self, prefix: str, doc: dict) -> Generate:
+        """Ask for completions of the problem's prompt (the one user turn in chat format), decoded as the spec says."""
         v, c = self.variant, self.config
         # in chat format the problem is the one user turn; the program is still prompt + completion
         context = fewshot_context(prefix, [], doc["prompt"], system_instruction=c.system_instruction, chat=c.chat)
@@ -121,11 +127,13 @@ class HumanEvalTask(GenerationTask):
                         repeats=v.repeats, policy="lm_eval")
 
     def doc_target(self, doc: dict) -> Problem:
+        """Return what scoring needs of the doc besides the completion."""
         return Problem(doc["prompt"], doc["test"], doc["entry_point"], doc["canonical_solution"])
 
     # ---- scoring: runs code ------------------------------------------------------
 
     def sandbox_info(self) -> sandbox.SandboxInfo:
+        """Detect the isolation the sandbox can give on this machine."""
         return sandbox.detect()
 
     def preflight(self, allow_unsafe_exec: bool) -> None:
@@ -134,10 +142,12 @@ class HumanEvalTask(GenerationTask):
         sandbox.require(self.sandbox_info(), allow_unsafe_exec)
 
     def settings(self, instances: Sequence[GenerationInstance]) -> GenerationSettings:
+        """Return the generation settings, plus the sandbox that ran the code and whether unsafe exec was allowed."""
         return replace(super().settings(instances), sandbox=self.sandbox_info().describe(),
                        allow_unsafe_exec=self.allow_unsafe_exec)
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        """Run one doc's samples and score them (`score_many` of one doc)."""
         return self.score_many([instance], [result])[0]
 
     def score_many(self, instances: Sequence[GenerationInstance],
@@ -174,6 +184,7 @@ class HumanEvalTask(GenerationTask):
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the config of each spec (`VARIANTS`)."""
     return {
         name: TaskConfig(name=name, benchmark="humaneval", dataset_path=DATASET, dataset_name=None,
                          split="test", num_shots=0, primary_metric=v.primary_metric)

@@ -57,27 +57,34 @@ CATEGORY_OF: dict[str, str] = {s: cat for cat, subs in CATEGORIES.items() for s 
 
 
 class MMLUTask(ChoiceTask):
+    """One MMLU subject as OLMES runs it, MC or RC, its shots the first rows of the dev split."""
+
     splits = ("test", "validation")
     fewshot_split = "dev"
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split of the subject's rows."""
         return load_split(DATASET, self.config.subject, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the subject's dev rows."""
         # OLMES: the first num_shots rows of the dev split in its original order, never sampled
         return load_split(DATASET, self.config.subject, "dev", data_dir)
 
     def description(self) -> str:
+        """Return OLMES's MMLU description, naming the subject."""
         subject = self.config.needs("subject").replace("_", " ")
         return f"The following are multiple choice questions (with answers) about {subject}.\n\n"
 
     def render(self, row: dict) -> Rendered:
+        """Lay a row out as an MC prompt with lettered choices, or as a cloze prompt for RC."""
         choices = tuple(row["choices"])
         text = make_mcq_prompt(row["question"], choices) if self.is_mc else make_cloze_prompt(row["question"])
         return Rendered(text=text, options=choices, gold=int(row["answer"]))
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build each subject's :mc::olmes, :rc::olmes and :mc::tulu configs."""
     out = {}
     for subject in SUBJECTS:
         for fmt, metric in (("mc", "acc_raw"), ("rc", "acc_per_char")):
@@ -95,6 +102,7 @@ def configs() -> dict[str, TaskConfig]:
 
 
 def tulu_spec(subject: str) -> str:
+    """Return the spec name of a subject's chat variant: `mmlu_<subject>:mc::tulu`."""
     return f"mmlu_{subject}:mc::tulu"
 
 

@@ -40,6 +40,7 @@ PALOMA_SPLIT = "val"
 
 
 def paloma_spec(source: str) -> str:
+    """Return the spec name of a Paloma source: `paloma_<source>::bpb`."""
     return f"paloma_{source}::bpb"
 
 
@@ -56,14 +57,17 @@ class DocumentInstance:
 
     @property
     def request(self) -> RollingLoglikelihood:
+        """The rolling loglikelihood of the whole text."""
         return RollingLoglikelihood(self.text)
 
     @property
     def requests(self) -> tuple[RollingLoglikelihood, ...]:
+        """The one rolling request."""
         return (self.request,)
 
     @property
     def uncond_requests(self) -> tuple:
+        """Empty: a document has no unconditioned requests."""
         return ()
 
     @property
@@ -73,6 +77,7 @@ class DocumentInstance:
 
 
 def document_metrics(text: str, result: LoglikelihoodResult) -> DocumentMetrics:
+    """Compute a document's nll, tokens, UTF-8 bytes and bits per byte (None when no token was scored)."""
     nll = -result.sum_logits
     num_bytes = len(text.encode("utf-8"))
     return DocumentMetrics(nll=nll, sum_logits=result.sum_logits, num_tokens=result.num_tokens,
@@ -105,7 +110,7 @@ class PerplexityTask(Task):
         return Scored(records, sidecar, {"bpb": bpb, "ce_loss": ce}, perplexity=totals)
 
     def corpus(self, data_dir: Optional[Path]) -> list[corpora.Document]:
-        """The first `config.sample_limit` documents of the corpus split, empty ones included."""
+        """Read the first `config.sample_limit` documents of the corpus split, empty ones included."""
         num_samples = int(self.config.sample_limit or NUM_SAMPLES)
         if self.config.dataset_path == corpora.PALOMA_HUB:
             assert self.config.dataset_name is not None
@@ -113,6 +118,7 @@ class PerplexityTask(Task):
         return corpora.c4_documents(data_dir, num_samples)
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Return the corpus prefix's non-empty documents, each with its index in the corpus (`corpus_index`)."""
         return [
             {"text": d.text, "native_id": d.native_id, "split": self.config.split, "corpus_index": i}
             for i, d in enumerate(self.corpus(data_dir))
@@ -120,6 +126,7 @@ class PerplexityTask(Task):
         ]
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[DocumentInstance]:
+        """Build one instance per non-empty document among the first `limit` of the corpus read."""
         check_limit(limit)  # before any data is read
         docs = self.docs(data_dir)
         qids, _ = assign_query_ids(self.config.name, [d["native_id"] for d in docs])  # over all docs
@@ -132,6 +139,7 @@ class PerplexityTask(Task):
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the configs of C4 English and of each Paloma source."""
     def cfg(name: str, benchmark: str, dataset: str, subset: str, split: str) -> TaskConfig:
         # `sample_limit`: the corpus prefix (first N documents, not a seeded sample)
         return TaskConfig(name=name, benchmark=benchmark, dataset_path=dataset, dataset_name=subset,

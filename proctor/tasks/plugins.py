@@ -97,8 +97,10 @@ def task(spec: str, *, benchmark: Optional[str] = None, dataset_path: Optional[s
 # ---- include -------------------------------------------------------------------------------
 
 def include(paths: Sequence[Union[str, Path]]) -> list[str]:
-    """Add the tasks of task files, Python files and directories; returns the spec names they
-    define, in order (including a path again is fine and returns its names again)."""
+    """Add the tasks of task files, Python files and directories; return the spec names they define.
+
+    The names come in order; including a path again is fine and returns its names again.
+    """
     names: list[str] = []
     for given in paths:
         path = Path(given).expanduser()

@@ -21,6 +21,7 @@ def make_mcq_prompt(question: str, choices: Sequence[str]) -> str:
 
 
 def make_cloze_prompt(question: str) -> str:
+    """Return 'Question: q', then 'Answer:' on the next line (RC and generation prompts)."""
     return f"Question: {question}\nAnswer:"
 
 
@@ -37,6 +38,7 @@ def fewshot_prefix(description: str, shots: Sequence[str]) -> str:
 
 
 def assemble_prompt(description: str, shots: Sequence[str], doc_text: str) -> str:
+    """Return the few-shot prefix followed by the doc's own text."""
     return fewshot_prefix(description, shots) + doc_text
 
 
@@ -56,8 +58,10 @@ def concat_with_space(first: str, second: str) -> str:
 
 def olmes_context(description: str, shots: Sequence[tuple[str, str]], doc_text: str,
                   chat: Optional[ChatFormat] = None, system_prompt: Optional[str] = None) -> Context:
-    """A doc's context as OLMES's `fewshot_context` builds it from (text, target) shots: the
-    plain prompt, or with `chat` its use_chat_format messages (`olmes_chat`)."""
+    """Build a doc's context as OLMES's `fewshot_context` does from (text, target) shots.
+
+    The plain prompt, or with `chat` its use_chat_format messages (`olmes_chat`).
+    """
     if chat is None:
         return fewshot_prefix(description, [text + target for text, target in shots]) + doc_text
     return olmes_chat(description, shots, doc_text, chat, system_prompt)
@@ -65,8 +69,10 @@ def olmes_context(description: str, shots: Sequence[tuple[str, str]], doc_text: 
 
 def olmes_chat(description: str, shots: Sequence[tuple[str, str]], doc_text: str, chat: ChatFormat,
                system_prompt: Optional[str] = None) -> Chat:
-    """OLMES's `fewshot_context` with `use_chat_format` (allenai/olmes oe_eval/tasks/base_task.py):
-    shots are (text, target) pairs, the target as the plain prompt appends it (" A", " <cot>").
+    """Build a doc's chat as OLMES's `fewshot_context` does with `use_chat_format`.
+
+    Source: allenai/olmes oe_eval/tasks/base_task.py. Shots are (text, target) pairs, the target
+    as the plain prompt appends it (" A", " <cot>").
 
     0-shot: one user turn, description + doc text. Multiturn: per shot a user turn (the
     description before the first only) and an assistant turn `concat_with_space(prefix, target)`;

@@ -59,7 +59,7 @@ def _words(text: str) -> list[str]:
 
 
 def agent_name(context: str) -> Optional[str]:
-    """The first person named in the context (lower-cased), e.g. 'cameron'."""
+    """Return the first person named in the context (lower-cased), e.g. 'cameron'."""
     for i, w in enumerate(_words(context)):
         base = re.sub(r"'s$", "", w)
         if base.lower() in _NOT_NAMES:
@@ -84,7 +84,7 @@ def _is_other(question: str, context: str) -> bool:
 
 
 def reasoning_type(question: str, context: str = "") -> Optional[str]:
-    """The ATOMIC relation probed by a SocialIQA question, or None if the wording has none."""
+    """Return the ATOMIC relation probed by a SocialIQA question, or None if the wording has none."""
     q = question.strip()
     if _ATTR.search(q):
         return "xAttr"

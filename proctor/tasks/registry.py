@@ -57,20 +57,25 @@ def _table() -> Mapping[str, tuple[type[Task], TaskConfig]]:
 
 
 def all_specs() -> list[str]:
+    """List every task spec (built-in, added, and installed plugins'), sorted."""
     return sorted(_table())
 
 
 def all_suites() -> list[Suite]:
+    """List every suite, sorted by name."""
     return [s for _, s in sorted(catalog.suites().items())]
 
 
 def suite(spec: str) -> Optional[Suite]:
+    """Return the suite named `spec`, or None."""
     return catalog.suites().get(spec.strip())
 
 
 def alias_of(spec: str) -> Optional[aliases.Alias]:
-    """The lm-eval task name `spec` is (`proctor.tasks.aliases`), unless a proctor spec or
-    suite has that name: those win."""
+    """Return the lm-eval task name `spec` is (`proctor.tasks.aliases`), if it is one.
+
+    None when a proctor spec or suite has that name: those win.
+    """
     spec = spec.strip()
     if spec in _table() or spec in catalog.suites():
         return None
@@ -78,8 +83,11 @@ def alias_of(spec: str) -> Optional[aliases.Alias]:
 
 
 def alias_note(name: str, num_fewshot: Optional[int] = None) -> Optional[str]:
-    """What an lm-eval task name given to `proctor run` stands for (None: not an alias, or a
-    proctor spec or suite of that name, which wins). `num_fewshot`: the run's --num-fewshot."""
+    """Say what an lm-eval task name given to `proctor run` stands for.
+
+    None: not an alias, or a proctor spec or suite of that name, which wins. `num_fewshot`: the
+    run's --num-fewshot.
+    """
     alias = alias_of(name)
     return None if alias is None else aliases.describe(alias, num_fewshot)
 
@@ -89,7 +97,7 @@ _NO_SHOTS: tuple[type[Task], ...] = (humaneval.HumanEvalTask, perplexity.Perplex
 
 
 def _with_shots(cls: type[Task], config: TaskConfig, shots: int) -> TaskConfig:
-    """The config with `shots` few-shot examples (--num-fewshot, or an alias's lm-eval default)."""
+    """Return the config with `shots` few-shot examples (--num-fewshot, or an alias's lm-eval default)."""
     if shots == config.num_shots:
         return config
     if shots and issubclass(cls, _NO_SHOTS):
@@ -103,10 +111,12 @@ def _with_shots(cls: type[Task], config: TaskConfig, shots: int) -> TaskConfig:
 
 
 def _close_names(spec: str) -> list[str]:
-    """Every spec, suite and lm-eval name close to an unknown `spec`: all forms of the task
-    names nearest to its task part (narrowed to its format and variant where it gives them
-    and some match), else the names close to it as a whole. Specs first, then suites, then
-    lm-eval names."""
+    """List the spec, suite and lm-eval names close to an unknown `spec`.
+
+    All forms of the task names nearest to its task part (narrowed to its format and variant
+    where it gives them and some match), else the names close to it as a whole. Specs first,
+    then suites, then lm-eval names.
+    """
     kinds = {a.name: 2 for a in aliases.all_aliases()}
     kinds.update({n: 1 for n in catalog.suites()})
     kinds.update({n: 0 for n in _table()})   # a spec or suite of an lm-eval name shadows it
@@ -125,7 +135,7 @@ def _close_names(spec: str) -> list[str]:
 
 
 def _either(names: list[str]) -> str:
-    """'a', 'b' or 'c'."""
+    """Join the names quoted, as 'a', 'b' or 'c'."""
     quoted = [repr(n) for n in names]
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
@@ -137,8 +147,11 @@ def _unknown(spec: str) -> UserError:
 
 
 def leaf_specs(spec: str) -> list[str]:
-    """The task specs a spec stands for (a suite expanded recursively, order kept, no repeats;
-    an lm-eval task name those of its proctor spec)."""
+    """Return the task specs a spec stands for.
+
+    A suite expands recursively, order kept, no repeats; an lm-eval task name gives those of
+    its proctor spec.
+    """
     spec = spec.strip()
     parse_spec(spec)
     if spec in _table():
@@ -156,6 +169,7 @@ def leaf_specs(spec: str) -> list[str]:
 
 
 def task_config(spec: str) -> TaskConfig:
+    """Return a task spec's config (a suite or an lm-eval name is an unknown spec here)."""
     spec = spec.strip()
     if spec not in _table():
         raise _unknown(spec)
@@ -184,8 +198,10 @@ def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
 
 
 def _count(config: TaskConfig, data_dir: Optional[Path]) -> tuple[Optional[int], str]:
-    """Docs of a spec: counted from the data directory when it holds them, else the official
-    size (None where none is known; the table shows "—")."""
+    """Count a spec's docs from the data directory when it holds them, else give the official size.
+
+    None where no size is known (the table shows "—"); the second value says which it is.
+    """
     n = _table()[config.name][0](config).item_count(data_dir)
     return (n, "data") if n is not None else (official_item_count(config), "official")
 

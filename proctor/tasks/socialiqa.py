@@ -24,27 +24,34 @@ FEWSHOT = "OLMES:social_i_qa"
 
 
 class SocialIQATask(ChoiceTask):
+    """SocialIQA as OLMES runs it, MC or RC over three answers; each doc gets its ATOMIC reasoning type."""
+
     splits = ("validation", "train")
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split's rows."""
         return load_split(DATASET, None, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the first num_shots of OLMES's SocialIQA few-shot examples."""
         return load_fewshot(FEWSHOT, self.config.num_shots, data_dir)
 
     def render(self, row: dict) -> Rendered:
+        """Lay out context and question with the three answers; the 1-based label becomes an index."""
         question = row["context"] + " " + row["question"]
         options = (row["answerA"], row["answerB"], row["answerC"])
         text = make_mcq_prompt(question, options) if self.is_mc else make_cloze_prompt(question)
         return Rendered(text=text, options=options, gold=int(row["label"]) - 1)
 
     def row_metadata(self, row: dict) -> dict:
+        """Return a row's reasoning type and its cluster: the questions asked of one context."""
         # questions asked of one context passage are one cluster (the context's digest names it)
         passage = hashlib.sha256(row["context"].encode("utf-8")).hexdigest()[:12]
         return {"reasoning_type": reasoning_type(row["question"], row["context"]), "cluster": f"context:{passage}"}
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the MC and RC configs, :olmes and :xlarge."""
     def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
         return TaskConfig(name=name, benchmark="socialiqa", dataset_path=DATASET, dataset_name=None,
                           split=split, num_shots=5, primary_metric=metric, sample_limit=limit,

@@ -22,4 +22,5 @@ def parse_spec(spec: str) -> tuple[str, Optional[str], Optional[str]]:
 
 
 def spec_format(spec: str) -> Optional[str]:
+    """Return a spec's format (`mc`, `rc`, ...), or None when it has none."""
     return parse_spec(spec)[1]

@@ -39,5 +39,5 @@ class Suite:
                              f"not {len(self.members)}")
 
     def aggregation_of(self, member: str) -> Optional[str]:
-        """The aggregation a member suite is scored by here (None: its own primary)."""
+        """Return the aggregation a member suite is scored by here (None: its own primary)."""
         return dict(self.member_aggregation).get(member)

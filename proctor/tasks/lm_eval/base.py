@@ -1,10 +1,10 @@
-"""The shape every lm-eval multiple-choice task shares: rows → prompts → loglikelihood requests.
+r"""The shape every lm-eval multiple-choice task shares: rows → prompts → loglikelihood requests.
 
 A family says where its rows are and how lm-eval's YAML reads one (`text`, `choices`,
 `gold`); this class lays the prompt out as lm-eval 0.4.13's `fewshot_context` does
 (`proctor.tasks.lm_eval.context`):
 
-    description + Σ(shot text + " " + shot answer + "\\n\\n") + doc text
+    description + Σ(shot text + " " + shot answer + "\n\n") + doc text
 
 with one request per choice, continuation = " " + choice text (the target delimiter). In
 chat format (`TaskConfig.chat`, lm-eval's --apply_chat_template) the prompt is a chat and
@@ -72,11 +72,15 @@ class HarnessTask(RankedChoiceTask):
     # ---- the protocol -----------------------------------------------------------
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the spec's split as docs, in dataset order."""
         return self.as_docs(self.rows(data_dir, self.config.split), self.config.split)
 
     def fewshot_pool(self, data_dir: Optional[Path]) -> list[dict]:
-        """The rows shots are drawn from: at least num_shots of them (one more when the eval
-        doc is excluded), else a UserError: a prompt never holds fewer shots than the spec says."""
+        """Return the rows shots are drawn from: at least num_shots of them.
+
+        One more when the eval doc is excluded; fewer is a UserError: a prompt never holds fewer
+        shots than the spec says.
+        """
         n, split = self.config.num_shots, self.shots_split
         if split is None:
             raise UserError(f"no few-shot split to draw {n} shots from")
@@ -87,16 +91,18 @@ class HarnessTask(RankedChoiceTask):
         return pool
 
     def shot(self, row: dict) -> tuple[str, str]:
-        """A few-shot example as (question, answer) texts."""
+        """Return a few-shot example as (question, answer) texts."""
         return self.text(row), self.choices(row)[self.gold(row)]
 
     def context(self, shots: Sequence[dict], doc: dict) -> Context:
+        """Lay out a doc's prompt after its shots as lm-eval's `fewshot_context` does."""
         c = self.config
         return fewshot_context(self.description(), [self.shot(s) for s in shots], self.text(doc),
                                target_delimiter=TARGET_DELIMITER, fewshot_delimiter=FEWSHOT_DELIMITER,
                                system_instruction=c.system_instruction, chat=c.chat)
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[Instance]:
+        """Build one `Instance` per document, its shots drawn as lm-eval's sampler draws them."""
         check_limit(limit)  # before any data is read
         with about(self.config.name):
             return self._instances(data_dir, limit)

@@ -37,30 +37,39 @@ TASKS: dict[str, tuple[str, str]] = {
 
 
 def spec(task: str) -> str:
+    """Return the spec name of a BIG-bench task: `bigbench_<task>::leaderboard`."""
     return f"bigbench_{task}::leaderboard"
 
 
 class BigBenchLeaderboardTask(HarnessTask):
+    """One BIG-bench task as lm-eval's `bigbench_<task>_multiple_choice`: 0-shot, acc."""
+
     shots_split = "default"   # lm-eval's fallback to the test docs (only with a shots override)
 
     @property
     def template(self) -> str:
+        """The task's lm-eval template: "a" (gold is targets[0]) or "b" (gold is the choice scored 1)."""
         return TASKS[self.config.needs("subject")][1]
 
     def rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split, without the rows that have no multiple-choice targets (as lm-eval does)."""
         rows = load_split(DATASET, self.config.dataset_name, split, data_dir)
         return [r for r in rows if len(r["multiple_choice_targets"]) > 0]
 
     def native_id(self, row: dict, index: int) -> Any:
+        """Return the row's `idx`."""
         return row["idx"]
 
     def text(self, row: dict) -> str:
+        """Return the row's `inputs`."""
         return row["inputs"]
 
     def choices(self, row: dict) -> list[str]:
+        """Return the row's `multiple_choice_targets`."""
         return list(row["multiple_choice_targets"])
 
     def gold(self, row: dict) -> int:
+        """Return the gold choice's index as the task's template finds it."""
         where = f"BIG-bench {self.config.subject} item {row.get('idx')!r}"
         if self.template == "b":
             scores = list(row["multiple_choice_scores"])
@@ -74,6 +83,7 @@ class BigBenchLeaderboardTask(HarnessTask):
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build each task's config."""
     return {spec(t): TaskConfig(name=spec(t), benchmark="bigbench", dataset_path=DATASET,
                                 dataset_name=f"{t}_zero_shot", split="default", num_shots=0,
                                 primary_metric="acc_raw", subject=t,

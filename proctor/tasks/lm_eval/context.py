@@ -38,6 +38,7 @@ def maybe_delimit(prefix: Optional[str], suffix: Optional[str], delimiter: str =
 
 
 def requires_delimiter(prefix: str, suffix: str) -> bool:
+    """Tell whether lm-eval puts a delimiter between the two: a non-empty prefix, no whitespace at the join."""
     return prefix != "" and not (prefix[-1].isspace() or suffix[0].isspace())
 
 
@@ -67,8 +68,11 @@ def _qa_turn(question: str, answer: Optional[str], gen_prefix: Optional[str],
 
 
 def _single_turn(turns: list[_Turn]) -> list[Message]:
-    """lm-eval's `multiturn_to_singleturn`: the system message, one user message of all the
-    other turns as plain text (the last one's delimiter dropped), and a final assistant turn."""
+    """Merge the turns as lm-eval's `multiturn_to_singleturn` does.
+
+    The system message, one user message of all the other turns as plain text (the last one's
+    delimiter dropped), and a final assistant turn.
+    """
     system = turns[0] if turns[0].role == "system" else None
     rest = turns[1:] if system else turns
     final = rest[-1] if rest[-1].role == "assistant" else None
@@ -91,7 +95,7 @@ def fewshot_context(
     system_instruction: Optional[str] = None,
     chat: Optional[ChatFormat] = None,
 ) -> Union[str, Chat]:
-    """The eval doc's context: a string, or a `Chat` when `chat` is given."""
+    """Build the eval doc's context: a string, or a `Chat` when `chat` is given."""
     turns: list[_Turn] = []
     system = maybe_delimit(system_instruction, description, fewshot_delimiter)
     if system:
@@ -109,9 +113,11 @@ def fewshot_context(
 
 
 def choice_delimiter(target_delimiter: str, gen_prefix: Optional[str], chat: Optional[ChatFormat]) -> str:
-    """What precedes each answer choice in a multiple-choice continuation: in chat format
-    nothing, unless a gen_prefix that does not end in whitespace precedes it (lm-eval's
-    `construct_requests`)."""
+    """Return what precedes each answer choice in a multiple-choice continuation.
+
+    In chat format nothing, unless a gen_prefix that does not end in whitespace precedes it
+    (lm-eval's `construct_requests`).
+    """
     if chat is None:
         return target_delimiter
     if gen_prefix and not gen_prefix[-1].isspace():

@@ -1,4 +1,4 @@
-"""GSM8K 5-shot as lm-evaluation-harness 0.4.13 runs it: spec `gsm8k::lm_eval` (lm-eval's `gsm8k`).
+r"""GSM8K 5-shot as lm-evaluation-harness 0.4.13 runs it: spec `gsm8k::lm_eval` (lm-eval's `gsm8k`).
 
 From lm_eval/tasks/gsm8k/gsm8k.yaml and lm-eval's defaults:
 
@@ -7,10 +7,10 @@ From lm_eval/tasks/gsm8k/gsm8k.yaml and lm-eval's defaults:
   lm_eval/api/samplers.py): one `random.Random(1234)` per task, `rnd.sample(train, 5)`
   for each doc in doc order (`proctor.tasks.lm_eval.fewshot`). The few-shot split
   (train) is not the test split, so the eval doc is not passed to the sampler.
-- Prompt: doc_to_text "Question: {question}\\nAnswer:", doc_to_target = the whole
+- Prompt: doc_to_text "Question: {question}\nAnswer:", doc_to_target = the whole
   `answer` (chain of thought and "#### N"), lm-eval's default target_delimiter " " and
-  fewshot_delimiter "\\n\\n", no description: Σ("Question: q\\nAnswer: a\\n\\n") +
-  "Question: q\\nAnswer:" (`proctor.tasks.lm_eval.context.fewshot_context`, which also
+  fewshot_delimiter "\n\n", no description: Σ("Question: q\nAnswer: a\n\n") +
+  "Question: q\nAnswer:" (`proctor.tasks.lm_eval.context.fewshot_context`, which also
   lays out --system_instruction and the chat format).
 - Generation: greedy (do_sample false, temperature 0), stop at "Question:", "</s>" or
   "<|im_end|>"; the YAML sets no max_gen_toks, so it is HFLM's default 256
@@ -18,11 +18,11 @@ From lm_eval/tasks/gsm8k/gsm8k.yaml and lm-eval's defaults:
   Tokenized under lm-eval's policy.
 - Scoring: two filters of the first sample (`take_first`), each an lm-eval `regex`
   filter (lm_eval/filters/extraction.py, fallback "[invalid]"):
-  "strict-match" = first match of `#### (\\-?[0-9\\.\\,]+)`; "flexible-extract" = last
+  "strict-match" = first match of `#### (\-?[0-9\.\,]+)`; "flexible-extract" = last
   match (group_select -1) of `(-?[$0-9.,]{2,})|(-?[0-9]+)`, its non-empty group. Each is
   compared with the doc's whole `answer` by lm-eval's `exact_match`
   (lm_eval/api/metrics.py `exact_match_hf_evaluate`) with the YAML's regexes_to_ignore
-  [",", "\\$", "(?s).*#### ", "\\.$"] applied to both sides in that order and
+  [",", "\$", "(?s).*#### ", "\.$"] applied to both sides in that order and
   ignore_case true. Per doc and in aggregate: `exact_match_strict` (lm-eval's
   `exact_match,strict-match`) and `exact_match_flexible` (`exact_match,flexible-extract`).
 
@@ -67,6 +67,7 @@ PRIMARY_FILTER = "strict-match"
 
 
 def doc_to_text(row: dict) -> str:
+    """Return lm-eval's doc_to_text: "Question: ..." with "Answer:" on the next line."""
     return f"Question: {row['question']}\nAnswer:"
 
 
@@ -81,18 +82,22 @@ def lm_eval_exact_match(prediction: str, answer: str) -> bool:
 
 
 class GSM8KLmEvalTask(GenerationTask):
+    """GSM8K as lm-eval's `gsm8k` runs it: seeded shots from train, greedy, strict and flexible exact match."""
+
     supports_chat = True
     supports_system_instruction = True
     metric_names = tuple(METRICS.values())
 
     def rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split of `openai/gsm8k` (config `main`)."""
         return load_split(DATASET, CONFIG, split, data_dir)
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
+        """Read the spec's split as docs, in order."""
         return self.as_docs(self.rows(data_dir, self.config.split), self.config.split)
 
     def shot_draws(self, count: int, data_dir: Optional[Path]) -> list[list[dict]]:
-        """The shots of the first `count` docs, drawn in doc order from one seeded sampler."""
+        """Draw the shots of the first `count` docs, in doc order from one seeded sampler."""
         n = self.config.num_shots
         if n == 0:
             return [[] for _ in range(count)]
@@ -113,6 +118,7 @@ class GSM8KLmEvalTask(GenerationTask):
         ]
 
     def context(self, shots: Sequence[dict], doc: dict) -> Context:
+        """Lay out a doc's prompt after its shots as lm-eval's `fewshot_context` does (no description)."""
         c = self.config
         return fewshot_context("", [(doc_to_text(s), s["answer"]) for s in shots], doc_to_text(doc),
                                target_delimiter=TARGET_DELIMITER, fewshot_delimiter=FEWSHOT_DELIMITER,
@@ -128,6 +134,7 @@ class GSM8KLmEvalTask(GenerationTask):
         return doc["answer"]
 
     def score(self, instance: GenerationInstance, result: GenerateResult) -> DocScore:
+        """Score the first sample by each filter's exact match with the answer; strict-match is the primary."""
         if not result.samples:
             raise ValueError(f"{instance.query_id}: a GenerateResult without samples")
         answer = instance.target
@@ -146,6 +153,7 @@ class GSM8KLmEvalTask(GenerationTask):
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the one spec's config."""
     return {SPEC: TaskConfig(name=SPEC, benchmark="gsm8k", dataset_path=DATASET, dataset_name=CONFIG,
                              split="test", num_shots=NUM_FEWSHOT, primary_metric=METRICS[PRIMARY_FILTER],
                              fewshot_source="train split, lm-eval random sampler (seed 1234)")}

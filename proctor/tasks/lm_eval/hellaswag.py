@@ -36,10 +36,13 @@ def preprocess(text: str) -> str:
 
 
 class HellaSwagLeaderboardTask(HarnessTask):
+    """HellaSwag as the Open LLM Leaderboard runs it: 10 shots from train, the eval doc excluded."""
+
     shots_split = "train"
     excludes_eval_doc = True
 
     def rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
+        """Read one split; train comes from the hub unless the data directory holds it."""
         root = resolve_data_dir(data_dir)
         if split == "train" and root is not None and not any(
                 (root / "hellaswag" / f"hellaswag_train_full.txt{ext}").is_file() for ext in ("", ".bz2", ".gz")):
@@ -50,16 +53,20 @@ class HellaSwagLeaderboardTask(HarnessTask):
         return load_split(DATASET, None, split, data_dir)
 
     def text(self, row: dict) -> str:
+        """Return lm-eval's query: activity label and context, preprocessed."""
         return preprocess(row["activity_label"] + ": " + row["ctx_a"] + " " + row["ctx_b"].capitalize())
 
     def choices(self, row: dict) -> list[str]:
+        """Return the endings, preprocessed."""
         return [preprocess(e) for e in row["endings"]]
 
     def gold(self, row: dict) -> int:
+        """Return the row's label as an index."""
         return int(row["label"])
 
 
 def configs() -> dict[str, TaskConfig]:
+    """Build the one spec's config."""
     return {SPEC: TaskConfig(name=SPEC, benchmark="hellaswag", dataset_path=DATASET,
                              dataset_name=None, split="validation", num_shots=10,
                              primary_metric="acc_norm",
