@@ -190,3 +190,38 @@ def test_missing_package_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` raises ImportError
     with pytest.raises(UserError, match=r"pip install 'proctor\[llamacpp\]'"):
         llamacpp_native.import_llama_cpp()
+
+
+@pytest.mark.slow  # the real SmolLM2 GGUF in llama.cpp, three CLI runs
+def test_a_native_crash_is_one_error_line_and_the_rerun_resumes(tmp_path, data_dir):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    standin = Path(__file__).parent / "standins" / "crashing_llamacpp.py"
+    env = {**os.environ, "PROCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    args = ["run", "--backend", "llamacpp", "--model", "smollm2-135m", "--threads", "1", "--tasks",
+            "mmlu_astronomy:mc::olmes", "--limit", "6", "--batch-size", "1", "--data-dir", str(data_dir),
+            "--no-progress"]
+    crashed = subprocess.run([sys.executable, str(standin), "3", *args, "--output", str(tmp_path / "a")],
+                             capture_output=True, text=True, env=env)
+    assert crashed.returncode == 2, crashed.stderr
+    (line,) = crashed.stderr.strip().splitlines()
+    assert line.startswith("proctor: error: the llama.cpp backend's native code died (SIGSEGV) while scoring; "
+                           "results computed before it are in the result cache and a rerun resumes from them."), line
+    assert "GGML_NATIVE=OFF" in line
+    assert not (tmp_path / "a").exists()  # no half-written run directory
+
+    resumed = subprocess.run([sys.executable, "-m", "proctor", *args, "--output", str(tmp_path / "a")],
+                             capture_output=True, text=True, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    fresh = subprocess.run([sys.executable, "-m", "proctor", *args, "--output", str(tmp_path / "b"), "--no-cache"],
+                           capture_output=True, text=True, env=env)
+    assert fresh.returncode == 0, fresh.stderr
+    engine = json.loads((tmp_path / "a" / "metrics.json").read_text())["engine"]
+    assert 0 < engine["cached"] < engine["unique"]  # the two batches scored before the crash were kept
+    spec_dir = "mmlu_astronomy-mc-olmes"
+    for name in os.listdir(tmp_path / "b" / spec_dir):
+        assert (tmp_path / "a" / spec_dir / name).read_bytes() == (tmp_path / "b" / spec_dir / name).read_bytes()
