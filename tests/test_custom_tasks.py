@@ -377,6 +377,15 @@ def yaml_of(**changes) -> str:
     (yaml_of(generation="{stop: [x]}"), "missing required field 'generation.target'"),
     (yaml_of(fewshot="{path: rows.jsonl, num_shots: five}"), "field 'fewshot.num_shots' must be an integer, found a string"),
     (yaml_of(fewshot="{path: rows.jsonl}"), "missing required field 'fewshot.num_shots'"),
+    (yaml_of(fewshot="{path: rows.jsonl, num_shots: 2}"),
+     "field 'fewshot.num_shots' is 2, but rows.jsonl holds 1 row; ask for at most 1"),
+    (yaml_of(fewshot="{path: rows.jsonl, num_shots: 99999999999999999999}"),
+     "field 'fewshot.num_shots' is 99999999999999999999, but rows.jsonl holds 1 row"),
+    ("name: bad\nname: again\n", "not valid YAML (line 2, column 1: key 'name' is given twice in one table)"),
+    (yaml_of(dataset="{path: rows.jsonl, path: other.jsonl}"), "key 'path' is given twice in one table"),
+    ("name: " + "[" * 5000 + "]" * 5000 + "\n", "nests lists or tables more than 16 levels deep"),
+    ("name: " + "[" * 100000 + "]" * 100000 + "\n", "nests lists or tables more than 16 levels deep"),
+    ("name: " + "{a: " * 40 + "1" + "}" * 40 + "\n", "nests lists or tables more than 16 levels deep"),
     (yaml_of(choices="3"), "field 'choices' must be a string or list of strings, found a number"),
     (yaml_of(choices="[A]"), "field 'choices' must name at least two fields"),
     (yaml_of(dataset="rows.jsonl"), "field 'dataset' must be an object, found a string"),
@@ -412,6 +421,33 @@ def test_bad_toml_file(tmp_path):
         include([path])
 
 
+@pytest.mark.parametrize("text, message", [
+    ("a = " + "[" * 3000 + "]" * 3000 + "\n", "nests lists or tables more than 16 levels deep"),
+    ("a = " + "[" * 30 + "]" * 30 + "\n", "nests lists or tables more than 16 levels deep"),
+    ('name = "a"\nname = "b"\n', "not valid TOML"),  # tomllib refuses a key given twice itself
+])
+def test_hostile_toml_files_are_one_line(tmp_path, text, message, capsys):
+    path = bad_file(tmp_path, text, ".toml")
+    assert main(["tasks", "--include", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"proctor: error: {path}: ") and message in line
+
+
+@pytest.mark.parametrize("code, raised", [
+    ("raise SystemExit(0)", "SystemExit(0)"),
+    ("import sys; sys.exit()", "SystemExit()"),
+    ("raise KeyboardInterrupt", "KeyboardInterrupt()"),
+    ("class Escape(BaseException): pass\nraise Escape('out')", "Escape('out')"),
+])
+def test_a_python_task_file_cannot_end_the_cli(tmp_path, code, raised, capsys):
+    path = tmp_path / "evil.py"
+    path.write_text(code + "\n")
+    assert main(["tasks", "--include", str(path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == (f"proctor: error: {path}: importing it raised {raised}; a task module must only define "
+                    "and register tasks")
+
+
 @pytest.mark.parametrize("rows, extra, spec, message", [
     ([{"q": "?", "a": 1}], "", "bad:mc", ":1: the row has no list of strings 'c' (missing)"),
     ([{"q": "?", "c": ["x", 2], "a": 1}], "", "bad:rc", "has no list of strings 'c' (found a number at index 1)"),
@@ -427,8 +463,6 @@ def test_bad_toml_file(tmp_path):
     ([{"q": 3, "c": ["x", "y"], "a": 1}], "", "bad:rc", "the row has no string 'q' (found a number)"),
     ([{"q": "?", "A": "x", "a": 0}], "choices: [A, B]\n", "bad:mc", "the row has no string 'B' (missing)"),
     ([], "", "bad:mc", "dataset has no rows"),
-    ([{"q": "?", "c": ["x", "y"], "a": 1}], "fewshot: {path: rows.jsonl, num_shots: 2}\n", "bad:mc",
-     "needs 2 few-shot examples but its few-shot source"),
 ])
 def test_bad_rows_are_found_when_read(tmp_path, rows, extra, spec, message):
     write_jsonl(tmp_path / "rows.jsonl", rows)

@@ -182,31 +182,82 @@ class _Table:
         return _Table(self.file, f"{self.prefix}{key}.", self.data[key], allowed) if key in self.data else None
 
 
+MAX_DEPTH = 16  # nesting levels a task file may use (its schema needs 4)
+
+
 def _parse(file: Path) -> Any:
+    """Read a YAML or TOML task file into plain values: UserError for bad syntax, duplicate keys or deep nesting."""
     text = read_text(file)
-    if file.suffix == ".toml":
-        try:
-            import tomllib
-        except ImportError:  # Python 3.10
-            raise UserError(f"{file}: TOML task files need Python 3.11 or later; use YAML") from None
-        try:
-            return tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise UserError(f"{file}: not valid TOML ({e})") from None
+    try:
+        data = _parse_toml(file, text) if file.suffix == ".toml" else _parse_yaml(file, text)
+    except RecursionError:
+        data = None
+        deep = True
+    else:
+        deep = _too_deep(data)
+    if deep:
+        raise UserError(f"{file}: nests lists or tables more than {MAX_DEPTH} levels deep; "
+                        "a task file is a few flat tables")
+    if data is None:
+        raise UserError(f"{file}: the file is empty; a task file needs at least name, dataset and question")
+    return data
+
+
+def _parse_toml(file: Path, text: str) -> Any:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        raise UserError(f"{file}: TOML task files need Python 3.11 or later; use YAML") from None
+    try:
+        return tomllib.loads(text)  # refuses a key given twice itself
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{file}: not valid TOML ({e})") from None
+
+
+def _parse_yaml(file: Path, text: str) -> Any:
     try:
         import yaml
     except ImportError:
         raise UserError(f"{file}: YAML task files need PyYAML (`pip install pyyaml`)") from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_keys_loader())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise UserError(f"{file}: not valid YAML ({at}{problem})") from None
-    if data is None:
-        raise UserError(f"{file}: the file is empty; a task file needs at least name, dataset and question")
-    return data
+
+
+def _unique_keys_loader() -> type:
+    """Return a safe YAML loader that refuses a key given twice in one mapping (plain YAML keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if isinstance(key, (str, int, float, bool)) or key is None:
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"key {key!r} is given twice in one table", key_node.start_mark)
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def _too_deep(data: Any) -> bool:
+    """Return whether lists/tables in `data` nest deeper than MAX_DEPTH (walked without recursion)."""
+    stack = [(data, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            if depth >= MAX_DEPTH:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 def read_task_file(file: Path) -> list[TaskDef]:
@@ -305,8 +356,13 @@ def _fewshot(t: _Table, dataset: Dataset) -> Optional[FewShot]:
     sampling = f.get("sampling", str, "first")
     if sampling not in ("first", "seeded"):
         raise f.error("sampling", f"must be first or seeded, got {sampling!r}")
-    return FewShot(path=_data_file(f, "path", path) if path else None, split=split,
-                   num_shots=num_shots, sampling=sampling)
+    shots_file = _data_file(f, "path", path) if path else None
+    if shots_file is not None and num_shots > 0:  # a local source is counted now, not after the model loads
+        rows = len(_file_rows(shots_file))
+        if num_shots > rows:
+            raise f.error("num_shots", f"is {num_shots}, but {path} holds {rows} row{'' if rows == 1 else 's'}; "
+                                           f"ask for at most {rows}")
+    return FewShot(path=shots_file, split=split, num_shots=num_shots, sampling=sampling)
 
 
 def _generation(t: _Table) -> Optional[Generation]:

@@ -158,7 +158,16 @@ def _include_module(file: Path) -> list[str]:
         except Exception as e:  # the user's module failed: one line, not their traceback
             del sys.modules[module_name]
             raise UserError(f"{file}: importing it failed: {_one_line(e)}") from None
+        except BaseException as e:  # exit() or an interrupt from a task file must not end proctor as a success
+            del sys.modules[module_name]
+            raise UserError(f"{file}: importing it raised {type(e).__name__}({_args(e)}); a task module "
+                            "must only define and register tasks") from None
     return catalog.added_specs(str(resolved))
+
+
+def _args(e: BaseException) -> str:
+    """Return the exception's arguments as Python shows them, e.g. `0` for SystemExit(0)."""
+    return ", ".join(repr(a) for a in e.args)[:80]
 
 
 def _one_line(e: BaseException) -> str:
@@ -191,7 +200,7 @@ def load_entry_points() -> list[str]:
                 raise UserError(f"loads a {type(loaded).__name__}, not a module or a callable returning paths")
         except UserError as e:
             raise UserError(f"{where}: {e}") from None
-        except Exception as e:  # a plugin that fails to import or run: name it, in one line
+        except BaseException as e:  # a plugin that fails, exits or is interrupted: name it, in one line
             raise UserError(f"{where} failed: {_one_line(e)}; fix or uninstall the package that "
                             "provides it") from None
         added.extend(n for n in names if n not in added)
