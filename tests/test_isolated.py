@@ -85,3 +85,17 @@ def test_exit_descriptions():
     assert exit_description(-11) == "SIGSEGV" and exit_description(-4) == "SIGILL"
     assert exit_description(-6) == "SIGABRT" and exit_description(2) == "exit code 2"
     assert exit_description(None) == "no exit status"
+
+
+def test_a_script_without_a_main_guard_can_open_a_child(tmp_path):
+    # multiprocessing's spawn would re-run this script in the child (and fail); a fresh interpreter does not
+    import subprocess
+    import sys
+
+    script = tmp_path / "plain.py"
+    script.write_text("from functools import partial\n"
+                      "from proctor.backends.isolated import ChildObject\n"
+                      "child = ChildObject(partial(int, '7'), backend='x', advice='')\n"
+                      "print('ran', child.call('bit_length'))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "ran 3\n"), done.stderr

@@ -6,14 +6,19 @@ through a pipe. When the child dies, the call raises `NativeCrash`, a UserError 
 backend, the signal and what to do: the CLI prints it as one line, the runtime closes the
 result cache, and what the engine stored before the crash is there for the rerun.
 
-Only the child touches the native library: it is spawned (not forked), so it shares no
-threads or locks with this process, and a crash takes only the child.
+Only the child touches the native library: it is a fresh interpreter (`python -m
+proctor.backends.isolated`, not a fork), so it shares no threads or locks with this process
+and a crash takes only the child. Not multiprocessing's spawn either: that re-imports the
+caller's main script in the child, which a script without an `if __name__ == "__main__":`
+guard cannot survive.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 import signal
+import subprocess
+import sys
 import weakref
 from multiprocessing.connection import Connection
 from typing import Any, Callable, NoReturn
@@ -49,13 +54,18 @@ class ChildObject:
     def __init__(self, factory: Callable[[], Any], *, backend: str, advice: str):
         self.backend = backend
         self.advice = advice
-        context = multiprocessing.get_context("spawn")
-        self._conn, child_end = context.Pipe()
-        self._process = context.Process(target=_serve, args=(factory, child_end), daemon=True,
-                                        name=f"proctor {backend}")
-        self._process.start()
-        child_end.close()
+        from_child, child_writes = os.pipe()
+        child_reads, to_child = os.pipe()
+        # the child imports what this process can (its sys.path), so the factory unpickles there
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "proctor.backends.isolated", str(child_reads), str(child_writes)],
+            pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL, env=env)
+        os.close(child_reads)
+        os.close(child_writes)
+        self._conn = _Duplex(Connection(from_child, writable=False), Connection(to_child, readable=False))
         self._finalizer = weakref.finalize(self, _stop, self._conn, self._process)
+        self._conn.send(factory)
         self._crash = ""  # the message, once the child has died
         self._receive("loading the model")
 
@@ -83,8 +93,11 @@ class ChildObject:
         return value
 
     def _crashed(self, doing: str) -> NoReturn:
-        self._process.join(_CLOSE_TIMEOUT_S)
-        how = exit_description(self._process.exitcode)
+        try:
+            code: int | None = self._process.wait(_CLOSE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        how = exit_description(code)
         self._finalizer()
         self._crash = (f"the {self.backend} backend's native code died ({how}) while {doing}; results "
                           f"computed before it are in the result cache and a rerun resumes from them. "
@@ -92,11 +105,31 @@ class ChildObject:
         raise NativeCrash(self._crash) from None
 
 
-def _serve(factory: Callable[[], Any], conn: Connection) -> None:
+class _Duplex:
+    """One end of two one-way pipes, used as one connection."""
+
+    def __init__(self, reader: Connection, writer: Connection):
+        self.reader, self.writer = reader, writer
+
+    def send(self, value: Any) -> None:
+        """Send `value` pickled."""
+        self.writer.send(value)
+
+    def recv(self) -> Any:
+        """Receive the next value."""
+        return self.reader.recv()
+
+    def close(self) -> None:
+        """Close both pipes."""
+        self.reader.close()
+        self.writer.close()
+
+
+def _serve(conn: _Duplex) -> None:
     """Build the object (in the child), then answer calls until told to stop or the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
-        target = factory()
+        target = conn.recv()()
     except Exception as e:
         _send(conn, False, e)
         return
@@ -117,20 +150,25 @@ def _serve(factory: Callable[[], Any], conn: Connection) -> None:
             _send(conn, True, result)
 
 
-def _send(conn: Connection, ok: bool, value: Any) -> None:
+def _send(conn: _Duplex, ok: bool, value: Any) -> None:
     try:
         conn.send((ok, value))
     except Exception as e:  # an exception (or result) that does not pickle: send what it said
         conn.send((False, RuntimeError(f"{type(value).__name__}: {value} (not picklable: {e})")))
 
 
-def _stop(conn: Connection, process: Any) -> None:
+def _stop(conn: _Duplex, process: subprocess.Popen) -> None:
     try:
         conn.send(None)
     except (BrokenPipeError, ConnectionError, EOFError, OSError):
         pass
-    process.join(_CLOSE_TIMEOUT_S)
-    if process.is_alive():
+    try:
+        process.wait(_CLOSE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
         process.kill()
-        process.join()
+        process.wait()
     conn.close()
+
+
+if __name__ == "__main__":
+    _serve(_Duplex(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)))
