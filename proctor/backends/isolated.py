@@ -1,7 +1,7 @@
 """Native code run in a child process, so that its crash is an error here and not the end of the run.
 
 A backend whose C/C++ code can die on a signal (a llama.cpp build for another CPU dies with
-SIGSEGV or SIGILL on its first decode) builds its model in a spawned child and calls it
+SIGSEGV or SIGILL on its first decode) builds its model in a child process and calls it
 through a pipe. When the child dies, the call raises `NativeCrash`, a UserError naming the
 backend, the signal and what to do: the CLI prints it as one line, the runtime closes the
 result cache, and what the engine stored before the crash is there for the rerun.
@@ -45,7 +45,7 @@ def exit_description(exitcode: int | None) -> str:
 
 
 class ChildObject:
-    """An object built by `factory` in a spawned child process; `call` runs one of its methods there.
+    """An object built by `factory` in a child process (a fresh interpreter); `call` runs one of its methods there.
 
     Arguments and results cross the pipe pickled. An exception the method raises is raised
     here as it was; the child dying raises NativeCrash with `backend` and `advice` in its message.
