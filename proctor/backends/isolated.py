@@ -2,7 +2,7 @@
 
 A backend whose C/C++ code can die on a signal (a llama.cpp build for another CPU dies with
 SIGSEGV or SIGILL on its first decode) builds its model in a child process and calls it
-through a pipe. When the child dies, the call raises `NativeCrash`, a UserError naming the
+through a socket pair. When the child dies, the call raises `NativeCrash`, a UserError naming the
 backend, the signal and what to do: the CLI prints it as one line, the runtime closes the
 result cache, and what the engine stored before the crash is there for the rerun.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import weakref
@@ -47,23 +48,20 @@ def exit_description(exitcode: int | None) -> str:
 class ChildObject:
     """An object built by `factory` in a child process (a fresh interpreter); `call` runs one of its methods there.
 
-    Arguments and results cross the pipe pickled. An exception the method raises is raised
+    Arguments and results cross the socket pickled. An exception the method raises is raised
     here as it was; the child dying raises NativeCrash with `backend` and `advice` in its message.
     """
 
     def __init__(self, factory: Callable[[], Any], *, backend: str, advice: str):
         self.backend = backend
         self.advice = advice
-        from_child, child_writes = os.pipe()
-        child_reads, to_child = os.pipe()
+        ours, theirs = socket.socketpair()
         # the child imports what this process can (its sys.path), so the factory unpickles there
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "proctor.backends.isolated", str(child_reads), str(child_writes)],
-            pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL, env=env)
-        os.close(child_reads)
-        os.close(child_writes)
-        self._conn = _Duplex(Connection(from_child, writable=False), Connection(to_child, readable=False))
+        with theirs:
+            self._process = subprocess.Popen([sys.executable, "-m", "proctor.backends.isolated", str(theirs.fileno())],
+                                             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        self._conn = Connection(ours.detach())
         self._finalizer = weakref.finalize(self, _stop, self._conn, self._process)
         self._conn.send(factory)
         self._crash = ""  # the message, once the child has died
@@ -100,33 +98,12 @@ class ChildObject:
         how = exit_description(code)
         self._finalizer()
         self._crash = (f"the {self.backend} backend's native code died ({how}) while {doing}; results "
-                          f"computed before it are in the result cache and a rerun resumes from them. "
-                          f"{self.advice}")
+                       f"computed before it are in the result cache and a rerun resumes from them. {self.advice}")
         raise NativeCrash(self._crash) from None
 
 
-class _Duplex:
-    """One end of two one-way pipes, used as one connection."""
-
-    def __init__(self, reader: Connection, writer: Connection):
-        self.reader, self.writer = reader, writer
-
-    def send(self, value: Any) -> None:
-        """Send `value` pickled."""
-        self.writer.send(value)
-
-    def recv(self) -> Any:
-        """Receive the next value."""
-        return self.reader.recv()
-
-    def close(self) -> None:
-        """Close both pipes."""
-        self.reader.close()
-        self.writer.close()
-
-
-def _serve(conn: _Duplex) -> None:
-    """Build the object (in the child), then answer calls until told to stop or the pipe closes."""
+def _serve(conn: Connection) -> None:
+    """Build the object (in the child), then answer calls until told to stop or the socket closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     try:
         target = conn.recv()()
@@ -150,14 +127,14 @@ def _serve(conn: _Duplex) -> None:
             _send(conn, True, result)
 
 
-def _send(conn: _Duplex, ok: bool, value: Any) -> None:
+def _send(conn: Connection, ok: bool, value: Any) -> None:
     try:
         conn.send((ok, value))
     except Exception as e:  # an exception (or result) that does not pickle: send what it said
         conn.send((False, RuntimeError(f"{type(value).__name__}: {value} (not picklable: {e})")))
 
 
-def _stop(conn: _Duplex, process: subprocess.Popen) -> None:
+def _stop(conn: Connection, process: subprocess.Popen) -> None:
     try:
         conn.send(None)
     except (BrokenPipeError, ConnectionError, EOFError, OSError):
@@ -171,4 +148,4 @@ def _stop(conn: _Duplex, process: subprocess.Popen) -> None:
 
 
 if __name__ == "__main__":
-    _serve(_Duplex(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]), readable=False)))
+    _serve(Connection(int(sys.argv[1])))

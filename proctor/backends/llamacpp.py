@@ -74,10 +74,7 @@ class LlamaCppTokenizer:
 
 
 class LlamaCppBackend:
-    """Scores engine rows and generates with a GGUF model through llama.cpp."""
-
-    shares_prefixes = True
-    device = "cpu"
+    """Scores engine rows and generates with a GGUF model through llama.cpp (in the child process)."""
 
     def __init__(self, native: NativeModel, *, path: str, identity: str, max_length: int):
         self.native = native
@@ -99,10 +96,6 @@ class LlamaCppBackend:
 
         return {"model_file": self.model_path, "weights": self.dtype, "n_ctx": self.native.n_ctx,
                 "n_threads": self.native.n_threads, "llama_cpp_python": version("llama_cpp_python")}
-
-    def token_budget(self) -> int:
-        """Return tokens per batch: rows run one at a time, so this only sets how often results are stored."""
-        return max(_TOKEN_BUDGET, self.max_length)
 
     def describe(self) -> dict[str, Any]:
         """Return what the parent's LlamaCppProcess holds of this backend and its tokenizer (picklable)."""

@@ -190,12 +190,10 @@ def _parse(file: Path) -> Any:
     text = read_text(file)
     try:
         data = _parse_toml(file, text) if file.suffix == ".toml" else _parse_yaml(file, text)
-    except RecursionError:
-        data = None
-        deep = True
-    else:
-        deep = _too_deep(data)
-    if deep:
+        too_deep = _too_deep(data)
+    except RecursionError:  # the parsers recurse once per level
+        too_deep = True
+    if too_deep:
         raise UserError(f"{file}: nests lists or tables more than {MAX_DEPTH} levels deep; "
                         "a task file is a few flat tables")
     if data is None:
