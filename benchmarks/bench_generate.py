@@ -18,8 +18,9 @@ the first `--items` questions of the GSM8K test split:
 - `rss`: proctor only; the n8 settings on the first `--rss-items` prompts with 1, 8 and 64
   samples each, to show peak memory against samples per prompt.
 
-`--max-gen-toks K` replaces every request's max_gen_toks (for quick checks). proctor runs
-`Engine(backend, batch_size=B).generate(requests)` with an empty temporary results cache
+`--max-gen-toks K` replaces every request's max_gen_toks (for quick checks). proctor opens
+its runtime (`proctor.runtime.session`, batch size B) and runs `engine.generate(requests)` with
+an empty temporary results cache
 (so it really generates, and commits as `proctor run` does); lm-eval runs
 `HFLM(pretrained=<the converted dir>, batch_size=B).generate_until(instances)` with one
 Instance per sample (as its `repeats: 8` expands them) and gen_kwargs until / max_gen_toks /
@@ -176,18 +177,16 @@ def load_requests(items: list[dict]) -> list[Any]:
 
 
 def run_proctor(requests: list[Any], batch: str, model_dir: Path) -> Generated:
-    from proctor.backends import load_backend
-    from proctor.engine import Engine, ResultCache
+    from proctor.engine import ResultCache
+    from proctor.runtime import session
 
-    backend = load_backend(MODEL, device="cpu", dtype="float32", max_length=MAX_LENGTH)
-    with tempfile.TemporaryDirectory(prefix="proctor-bench-cache-") as tmp:
-        cache = ResultCache(Path(tmp) / "results.sqlite")
-        engine = Engine(backend, batch_size=batch_size(batch), cache=cache, progress=False, seed=SEED)
+    with tempfile.TemporaryDirectory(prefix="proctor-bench-cache-") as tmp, \
+            session(MODEL, device="cpu", dtype="float32", max_length=MAX_LENGTH, batch_size=batch_size(batch),
+                    progress=False, seed=SEED, result_cache=ResultCache(Path(tmp) / "results.sqlite")) as runtime:
         t0 = time.perf_counter()
-        results = engine.generate(requests)
+        results = runtime.engine.generate(requests)
         wall = time.perf_counter() - t0
-        cache.close()
-    stats = engine.stats
+        backend, stats = runtime.backend, runtime.engine.stats
     if stats.gen_cached:
         raise SystemExit("proctor's results cache was not empty")
     # every generation counter the engine keeps (gen_first_batch_seconds among them, where it has it)

@@ -25,8 +25,7 @@ def main() -> None:
 
     import torch
 
-    from proctor.backends import load_backend
-    from proctor.engine import Engine
+    from proctor.runtime import session
     from proctor.tasks.registry import resolve
 
     torch.set_num_threads(args.threads)
@@ -36,19 +35,19 @@ def main() -> None:
         (task,) = resolve(spec)
         docs += task.instances(args.data_dir, args.items)
     requests = [r for d in docs for r in d.requests]
-    backend = load_backend(args.model, device="cpu", dtype="float32")
 
     results = {}
-    for share in (True, False):
-        backend.shares_prefixes = share
-        engine = Engine(backend, batch_size=batch_size, progress=False)
-        start = time.perf_counter()
-        results[share] = engine.run(requests)
-        wall = time.perf_counter() - start
-        s = engine.stats
-        print(f"{'shared  ' if share else 'unshared'} {wall:7.1f} s  {len(docs) / wall:6.2f} items/s  "
-              f"tokens computed {s.tokens_run} of {s.tokens_total} ({s.tokens_run / s.tokens_total:.1%})  "
-              f"batches {s.batches}  prefixes {s.prefixes_run}  {s.tokens_run / wall:.0f} tokens/s")
+    with session(args.model, device="cpu", dtype="float32", cache=False, progress=False) as loaded:
+        for share in (True, False):  # one runtime per mode on the one loaded model
+            loaded.backend.shares_prefixes = share
+            with session(loaded.backend, batch_size=batch_size, cache=False, progress=False) as runtime:
+                start = time.perf_counter()
+                results[share] = runtime.engine.run(requests)
+                wall = time.perf_counter() - start
+                s = runtime.engine.stats
+            print(f"{'shared  ' if share else 'unshared'} {wall:7.1f} s  {len(docs) / wall:6.2f} items/s  "
+                  f"tokens computed {s.tokens_run} of {s.tokens_total} ({s.tokens_run / s.tokens_total:.1%})  "
+                  f"batches {s.batches}  prefixes {s.prefixes_run}  {s.tokens_run / wall:.0f} tokens/s")
 
     shared, plain = results[True], results[False]
     worst = max(abs(a.sum_logits - b.sum_logits) for a, b in zip(shared, plain))

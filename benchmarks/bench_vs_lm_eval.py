@@ -99,44 +99,42 @@ def run_child(tool: str, task: str, batch: str, items: int, out: Path, lm_eval_m
     import torch
 
     torch.set_num_threads(THREADS)
-    from proctor.backends import load_backend
+    from proctor.runtime import session
 
     started = time.perf_counter()
     instances = task_instances(task, items)
     requests = flat_requests(instances)
-    backend = load_backend(MODEL, device="cpu", dtype="float32", max_length=2048)
     bs: Any = batch if batch == "auto" else int(batch)
     extra: dict[str, Any] = {}
-    if tool == "proctor":
-        from proctor.backends.models import cache_root
-        from proctor.engine import Engine, ResultCache
+    # proctor's runtime loads the model for both tools; the lm-eval child scores with the same object
+    with session(MODEL, device="cpu", dtype="float32", max_length=2048, batch_size=bs, progress=False) as runtime:
+        backend = runtime.backend
+        if tool == "proctor":
+            t0 = time.perf_counter()
+            results = runtime.engine.run(requests)
+            wall = time.perf_counter() - t0
+            sums = [r.sum_logits for r in results]
+            stats = runtime.engine.stats
+            extra = {"tokens_run": stats.tokens_run, "batches_run": stats.batches_run, "rows": stats.rows,
+                     "cached": stats.cached, "parameters": sum(p.numel() for p in backend.model.parameters()),
+                     "embedding_parameters": backend.model.get_input_embeddings().weight.numel()}
+            if stats.cached:
+                raise SystemExit("proctor's results cache was not empty")
+        elif tool == "lm-eval":
+            from lm_eval.api.instance import Instance
+            from lm_eval.models.huggingface import HFLM
 
-        engine = Engine(backend, batch_size=bs, cache=ResultCache(cache_root() / "results.sqlite"), progress=False)
-        t0 = time.perf_counter()
-        results = engine.run(requests)
-        wall = time.perf_counter() - t0
-        sums = [r.sum_logits for r in results]
-        stats = engine.stats
-        extra = {"tokens_run": stats.tokens_run, "batches_run": stats.batches_run, "rows": stats.rows,
-                 "cached": stats.cached, "parameters": sum(p.numel() for p in backend.model.parameters()),
-                 "embedding_parameters": backend.model.get_input_embeddings().weight.numel()}
-        if stats.cached:
-            raise SystemExit("proctor's results cache was not empty")
-    elif tool == "lm-eval":
-        from lm_eval.api.instance import Instance
-        from lm_eval.models.huggingface import HFLM
-
-        lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=bs, max_length=2048,
-                  max_batch_size=lm_eval_max_batch)
-        lm_requests = [Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation), idx=i)
-                       for i, r in enumerate(requests)]
-        t0 = time.perf_counter()
-        results = lm.loglikelihood(lm_requests, disable_tqdm=True)
-        wall = time.perf_counter() - t0
-        sums = [float(ll) for ll, _ in results]
-        extra = {"detected_batch_sizes": {str(k): v for k, v in getattr(lm, "batch_sizes", {}).items()}}
-    else:
-        raise SystemExit(f"unknown tool {tool!r}")
+            lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=bs, max_length=2048,
+                      max_batch_size=lm_eval_max_batch)
+            lm_requests = [Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation),
+                                    idx=i) for i, r in enumerate(requests)]
+            t0 = time.perf_counter()
+            results = lm.loglikelihood(lm_requests, disable_tqdm=True)
+            wall = time.perf_counter() - t0
+            sums = [float(ll) for ll, _ in results]
+            extra = {"detected_batch_sizes": {str(k): v for k, v in getattr(lm, "batch_sizes", {}).items()}}
+        else:
+            raise SystemExit(f"unknown tool {tool!r}")
     record = {"tool": tool, "task": task, "batch_size": batch, "items": len(instances),
               "requests": len(requests), "wall_s": wall, "child_s": time.perf_counter() - started,
               "peak_rss_mb": peak_rss_mb(), "sum_logits": sums,

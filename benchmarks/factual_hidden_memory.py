@@ -28,12 +28,10 @@ sys.path.insert(0, str(REPO))
 
 
 def child(n: int, data_dir: Path, work: Path, cache: bool) -> None:
-    from proctor.backends.hf import HFBackend
-    from proctor.backends.models import load_model
-    from proctor.backends.sources import resolve_source
-    from proctor.engine import Engine, ResultCache
+    from proctor.engine import ResultCache
     from proctor.factual.bank import build_bank
     from proctor.factual.hidden import extract_hidden
+    from proctor.runtime import session
     from tests.tinylm import build_tiny_model
 
     rows = build_bank(data_dir, facts_per_relation=150, languages=("fr", "ru", "zh", "ja", "ar", "es")).rows
@@ -41,20 +39,17 @@ def child(n: int, data_dir: Path, work: Path, cache: bool) -> None:
     while len(main) < n:  # repeat the bank under new ids if it is smaller than asked
         main += [dict(row, query_id=f"{row['query_id']}_{len(main)}") for row in main[: n - len(main)]]
     main = main[:n]
-    import torch
-
-    loaded = load_model(resolve_source(str(build_tiny_model(work / "tiny"))), dtype=torch.float32,
-                        device=torch.device("cpu"))
-    engine = Engine(HFBackend(loaded.model, loaded.tokenizer, identity=loaded.identity), batch_size=64,
-                    cache=ResultCache(work / "results.sqlite") if cache else None, progress=False)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    index = extract_hidden(main, engine, work / "hidden", model_name="tiny", bank_version="bench")
-    seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with session(str(build_tiny_model(work / "tiny")), device="cpu", dtype="float32", batch_size=64,
+                 progress=False, cache=cache, result_cache=ResultCache(work / "results.sqlite") if cache else None
+                 ) as runtime:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        index = extract_hidden(main, runtime.engine, work / "hidden", model_name="tiny", bank_version="bench")
+        seconds = time.perf_counter() - t0
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"queries": n, "peak_rss_mib": peak / 1024, "rss_before_extraction_mib": before / 1024,
                       "state_mib": len(index.query_ids) * len(index.layers) * index.d_model * 2 / 2**20,
-                      "batches_run": engine.stats.batches_run, "cache": cache, "seconds": seconds}))
+                      "batches_run": runtime.engine.stats.batches_run, "cache": cache, "seconds": seconds}))
 
 
 def main() -> None:

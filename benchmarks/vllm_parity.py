@@ -66,18 +66,18 @@ def requests_of(runs: Sequence[Any]) -> list[Any]:
 
 
 def run_backend(backend: Any, spec: str, data_dir: Path, limit: int) -> dict[str, Any]:
-    """Score the spec's requests on `backend` (no cache); per-doc predictions and accuracy."""
-    from proctor.engine import Engine
+    """Score the spec's requests on `backend` (a runtime of its own, no cache); per-doc predictions and accuracy."""
     from proctor.pipeline import plan
+    from proctor.runtime import session
 
     runs = list(plan([spec], data_dir, limit).tasks.values())
     requests = requests_of(runs)
     if any(type(r).__name__ != "Loglikelihood" for r in requests):
         raise SystemExit(f"{spec} is not a loglikelihood (MC/RC) spec")
-    engine = Engine(backend, cache=None, progress=False)
-    started = time.perf_counter()
-    results = engine.run(requests)
-    seconds = time.perf_counter() - started
+    with session(backend, cache=False, progress=False) as runtime:
+        started = time.perf_counter()
+        results = runtime.engine.run(requests)
+        seconds = time.perf_counter() - started
     by_key = dict(zip((r.key for r in requests), results))
     correct, docs, predicted, primary = 0, 0, [], {}
     for run in runs:
@@ -119,23 +119,42 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     import torch
 
-    from proctor.backends.hf import load_backend
-    from proctor.backends.vllm_backend import load_vllm_backend
+    from proctor.runtime import session
 
-    hf_backend = load_backend(args.model, device=device, dtype=args.dtype, max_length=args.max_length)
-    dtype = str(hf_backend.dtype).removeprefix("torch.")
-    hf = run_backend(hf_backend, args.spec, args.data_dir, args.limit)
-    del hf_backend
+    with session(args.model, device=device, dtype=args.dtype, max_length=args.max_length, cache=False,
+                 progress=False) as loaded:
+        dtype = str(loaded.backend.dtype).removeprefix("torch.")
+        hf = run_backend(loaded.backend, args.spec, args.data_dir, args.limit)
+    del loaded
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
 
-    started = time.perf_counter()
-    vllm_backend = load_vllm_backend(
-        args.model, dtype=args.dtype, max_length=args.max_length,
-        tensor_parallel_size=args.tensor_parallel_size, gpu_memory_utilization=args.gpu_memory_utilization,
-    )
-    load_seconds = time.perf_counter() - started
+    with session(args.model, backend="vllm", dtype=args.dtype, max_length=args.max_length,
+                 tensor_parallel_size=args.tensor_parallel_size,
+                 gpu_memory_utilization=args.gpu_memory_utilization, cache=False, progress=False) as loaded:
+        report = compare_vllm(args, loaded.backend, loaded.load_seconds, hf, dtype, device)
+    print(f"{args.spec}  limit={args.limit}  model={args.model}  dtype={dtype}  device={device}  "
+          f"vLLM {report['vllm']['vllm_version']}")
+    print(f"  HF                  acc={hf['accuracy']:.4f}  docs={hf['docs']}  {hf['seconds']:.2f}s")
+    for name in ("vllm_exact", "vllm_whole_prompts", "vllm_for_mc"):
+        if name not in report:
+            continue
+        r = report[name]
+        stats = r["stats"]
+        cached = stats["cached_prompt_tokens"] / max(stats["scored_prompt_tokens"], 1)
+        print(f"  {name:<19} acc={r['accuracy']:.4f}  same prediction {r['same_prediction']}/{r['docs']}  "
+              f"max|Δsum_logits|={r['max_abs_delta_sum_logits']:.2e}  "
+              f"mean={r['mean_abs_delta_sum_logits']:.2e}  -999s={r['requests_at_minus_999']}  "
+              f"{r['seconds']:.2f}s  prompt tokens from cache {cached:.0%}  reruns {stats['cache_reruns']}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+def compare_vllm(args: argparse.Namespace, vllm_backend: Any, load_seconds: float, hf: dict[str, Any], dtype: str,
+                 device: str) -> dict[str, Any]:
+    """Score the spec on vLLM exactly, on whole prompts without reuse and (asked) its MC fast path; each against HF."""
     report: dict[str, Any] = {
         "spec": args.spec, "limit": args.limit, "model": args.model, "dtype": dtype, "device": device,
         "max_length": args.max_length, "vllm": vllm_backend.config_record(), "vllm_load_seconds": load_seconds,
@@ -151,21 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         backend.llm.reset_prefix_cache()   # each run computes from scratch
         report[name] = compare(hf, run_backend(backend, args.spec, args.data_dir, args.limit))
         report[name]["stats"] = backend.config_record()["vllm_stats"]
-
-    print(f"{args.spec}  limit={args.limit}  model={args.model}  dtype={dtype}  device={device}  "
-          f"vLLM {report['vllm']['vllm_version']}")
-    print(f"  HF                  acc={hf['accuracy']:.4f}  docs={hf['docs']}  {hf['seconds']:.2f}s")
-    for name in runs:
-        r = report[name]
-        stats = r["stats"]
-        cached = stats["cached_prompt_tokens"] / max(stats["scored_prompt_tokens"], 1)
-        print(f"  {name:<19} acc={r['accuracy']:.4f}  same prediction {r['same_prediction']}/{r['docs']}  "
-              f"max|Δsum_logits|={r['max_abs_delta_sum_logits']:.2e}  "
-              f"mean={r['mean_abs_delta_sum_logits']:.2e}  -999s={r['requests_at_minus_999']}  "
-              f"{r['seconds']:.2f}s  prompt tokens from cache {cached:.0%}  reruns {stats['cache_reruns']}")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return report
 
 
 if __name__ == "__main__":

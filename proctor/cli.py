@@ -171,11 +171,11 @@ def cmd_prompts(args: argparse.Namespace) -> int:
 
 def _chat_renderer(model: str, template_file: Optional[str]) -> Callable[[Any], str]:
     """Return a function rendering a chat request's prompt with `model`'s tokenizer (its template, or the file's)."""
-    from proctor.backends.openai_api import load_tokenizer, tokenizer_source
     from proctor.engine.chat import ChatTemplate
     from proctor.engine.tokens import TokenizationPolicy
+    from proctor.runtime import open_tokenizer
 
-    tokenizer = load_tokenizer(tokenizer_source(model, model))
+    tokenizer = open_tokenizer(model).tokenizer
     policy = TokenizationPolicy(tokenizer, max_length=DEFAULT_MAX_LENGTH,
                                 chat_template=ChatTemplate.resolve(template_file, tokenizer))
     return lambda request: policy.text(request.context, request.policy)

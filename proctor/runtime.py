@@ -3,8 +3,10 @@
 It holds the ranks, backend, result cache, chat template and engine.
 
 `open_runtime` is how every command that runs a model gets its engine — `evaluate`, the
-factual probe and the benchmarks alike — so the checks before the model loads, the order in
-which torchrun's ranks load it, and what the engine is told are written once.
+factual probe and the benchmarks (through `session`) alike — so the checks before the model
+loads, the order in which torchrun's ranks load it, and what the engine is told are written
+once. A command that only re-encodes a run's texts (`proctor export bergson`) opens the
+tokenizer alone (`open_tokenizer`): the same resolution, no model load.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Union
 
 from proctor.backends.options import HFOptions, backend_record
-from proctor.backends.sources import ModelSource
+from proctor.backends.sources import ModelSource, resolve_tokenizer
 from proctor.cache_dir import results_path
 from proctor.defaults import DEFAULT_MAX_LENGTH
 from proctor.engine import Engine, ResultCache
@@ -24,7 +26,7 @@ from proctor.engine.backend import Backend
 from proctor.engine.chat import ChatTemplate
 from proctor.engine.distributed import DistributedContext
 from proctor.errors import UserError
-from proctor.options import RunOptions
+from proctor.options import RunOptions, all_fields
 
 
 @dataclass(frozen=True)
@@ -157,3 +159,45 @@ def open_runtime(checked: Checked, options: RunOptions, *, tokenizer: Any = None
         ranks.stop()
         if checked.cache is not None:
             checked.cache.close()
+
+
+@contextmanager
+def session(model: Any, *, chats: bool = False, result_cache: Optional[ResultCache] = None,
+            **keywords: Any) -> Iterator[Runtime]:
+    """Open a runtime for `model` from `evaluate`'s keywords, without tasks (a benchmark's way in).
+
+    `model` is what `evaluate` takes (an object passed as a `Backend` runs as it is: open
+    one session per setting to compare settings on one loaded model). `chats`: resolve the
+    chat template. `result_cache`: a result cache of the caller's instead of the user's (e.g.
+    an empty one, to time a first run); `cache=False` runs without one.
+    """
+    unknown = sorted(set(keywords) - set(all_fields()))
+    if unknown:
+        raise TypeError(f"session() got unknown keywords: {', '.join(unknown)}")
+    options = RunOptions.from_keywords({"model": model, **keywords})
+    checked = check_runtime(ModelArg.of(model, options.backend), options if result_cache is None
+                            else replace(options, cache=False))  # so the user's cache stays shut
+    if result_cache is not None:
+        checked = replace(checked, cache=result_cache)
+    with open_runtime(checked, options, chats=chats) as runtime:
+        yield runtime
+
+
+@dataclass(frozen=True)
+class TokenizerSession:
+    """The runtime without a model: where a run's tokenizer is, its identity and the tokenizer."""
+
+    source: ModelSource   # `source.tokenizer_identity` is the identity the result cache records
+    tokenizer: Any        # a transformers tokenizer
+
+
+def open_tokenizer(tokenizer: Union[str, ModelSource]) -> TokenizerSession:
+    """Find and load a tokenizer: a directory of tokenizer files, a .gguf file, an alias, a hub id, or a model source.
+
+    A GGUF's tokenizer is its converted copy's (converted on first use). Raises UserError
+    (one line) when it cannot be found or loaded.
+    """
+    from proctor.backends.openai_api import load_tokenizer
+
+    source = tokenizer if isinstance(tokenizer, ModelSource) else resolve_tokenizer(tokenizer)
+    return TokenizerSession(source, load_tokenizer(source))

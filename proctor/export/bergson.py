@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from proctor.backends.sources import ModelSource, classify_source
 from proctor.digests import file_sha256
 from proctor.errors import UserError
 from proctor.export import TARGETS
@@ -265,10 +266,10 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
     """Write the export (see the module docstring) and return its manifest."""
     from datasets import Dataset, Features, Sequence as ListOf, Value
 
-    from proctor.backends.openai_api import load_tokenizer, tokenizer_source
     from proctor.engine.tokens import TokenizationPolicy
     from proctor.outputs.atomic import atomic_write_text
     from proctor.outputs.owned import check_output_dir, staged_directory
+    from proctor.runtime import open_tokenizer
 
     run_dir = Path(run_dir).resolve()
     check_output_dir(Path(output), overwrite=overwrite)
@@ -277,9 +278,10 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
     model = run.model
     if tokenizer is None and model.model.startswith("<"):
         raise UserError(f"{run_dir} was run on a model object ({model.model}); pass its tokenizer with --tokenizer")
-    source = tokenizer_source(tokenizer or model.model, model.model)
-    encoder, identity = load_tokenizer(source), source.tokenizer_identity
-    policy = TokenizationPolicy(encoder, max_length=model.olmes_max_length or model.max_length,
+    model_source = _run_model(model.model)
+    encoder = open_tokenizer(tokenizer if tokenizer is not None else model_source or model.model)
+    identity = encoder.source.tokenizer_identity
+    policy = TokenizationPolicy(encoder.tokenizer, max_length=model.olmes_max_length or model.max_length,
                                 lm_eval_max_length=model.max_length)
     rows: dict[str, list] = {name: [] for name in COLUMNS}
     counts, empty = {}, 0
@@ -306,25 +308,30 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
         run=str(run_dir), run_metrics_sha256=file_sha256(run_dir / "metrics.json"), model=model.model,
         model_fingerprint=model.fingerprint, tokenizer=identity, target=target, rows=len(rows["query_id"]),
         rows_sha256=_rows_digest(rows), tasks=counts, left_out=left_out, max_length=model.max_length,
-        olmes_max_length=model.olmes_max_length, bergson_model=_transformers_model(model.model))
+        olmes_max_length=model.olmes_max_length, bergson_model=_transformers_model(model_source))
     with staged_directory(Path(output), overwrite=overwrite) as stage:
         Dataset.from_dict(rows, features=features).save_to_disk(str(stage))
         atomic_write_text(stage / MANIFEST, manifest.to_json())
     return manifest
 
 
-def _transformers_model(model: str) -> Optional[str]:
+def _run_model(model: str) -> Optional[ModelSource]:
+    """Return where the run's model is, named without reading it; None for a model object or one since removed."""
+    try:
+        return classify_source(model)  # a hub id is named, not downloaded
+    except UserError:
+        return None
+
+
+def _transformers_model(source: Optional[ModelSource]) -> Optional[str]:
     """Return where Bergson can load the run's model from: a hub id or a transformers directory.
 
     For a GGUF that is its converted copy (`converted_gguf_dir`, which converts it on first
     use); None when there is none.
     """
     from proctor.backends.models import converted_gguf_dir
-    from proctor.backends.sources import classify_source
 
-    try:
-        source = classify_source(model)  # a hub id is named, not downloaded
-    except UserError:  # a model object passed to proctor.evaluate, or one since removed
+    if source is None:
         return None
     if source.kind == "gguf":
         directory = converted_gguf_dir(Path(source.location), file_sha256(Path(source.location)))
