@@ -17,11 +17,38 @@ def pytest_configure(config):
     fast_tier = "not slow" in " ".join(config.getoption("markexpr", "").split())
     if fast_tier and not config.getoption("hypothesis_profile", None):
         hypothesis_settings.load_profile("dev")
+    pin_worker_to_its_cpus()
 
 
-# Files of ~5 minutes each that hold one test (measured alone, 2026-12-03): collected first, so
-# that `-n 2 --dist loadfile` (which hands out files in collection order) starts them at once
-# instead of leaving one worker running them alone at the end.
+def pin_worker_to_its_cpus() -> None:
+    """Give each pytest-xdist worker its own CPUs (and its child processes, which inherit them).
+
+    Every native runtime here sizes itself to the CPUs a process may use: torch's threads,
+    llama.cpp's (`default_threads`), vLLM's OpenMP threads, pinned one per CPU
+    (`cpu_threads_binding`). Two workers that each claim every CPU stall each other at
+    their threads' barriers: a real-model test of 33 s alone took 70-180 s beside another.
+    """
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if worker is None or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    share = len(cpus) // count
+    if share == 0:
+        return
+    index = int(worker.removeprefix("gw")) % count
+    mine = cpus[index * share:(index + 1) * share]  # contiguous: vLLM binds to a range
+    os.sched_setaffinity(0, mine)
+    os.environ["OMP_NUM_THREADS"] = str(len(mine))
+    import torch
+
+    torch.set_num_threads(len(mine))
+
+
+# Files of several minutes that hold one test: collected first, so that `-n 2 --dist loadfile`
+# (which hands out files in collection order) starts them at once instead of leaving one worker
+# running them alone at the end. Not every long file: with the longest eight first (vLLM's,
+# torchrun's, llama.cpp's, ...) they ran beside each other, each slower for sharing the memory
+# bus, and the suite took 28.6 minutes instead of 26.3 (full runs on 2 cores, 2026-12-03).
 LONG_FILES = ("test_report_browser.py", "test_inloop_parity.py")
 
 
