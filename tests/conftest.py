@@ -44,25 +44,16 @@ def pin_worker_to_its_cpus() -> None:
     torch.set_num_threads(len(mine))
 
 
-# The longest files, longest first (seconds on a worker in a full run, 2026-12-03): collected
-# first so that the two workers start on them and end on short files, instead of one worker
-# running a long file alone at the end. `scripts/test` passes --no-loadscope-reorder: by
-# default `--dist loadfile` hands out the files with the most tests first, which left these
-# (some of one test each) for the end.
-LONG_FILES = ("test_vllm_engine.py",        # 510
-              "test_distributed_run.py",    # 206
-              "test_backend_llamacpp.py",   # 144
-              "test_inloop_parity.py",      # 140
-              "test_hostile_cli.py",        # 133
-              "test_generate_resume.py",    # 116
-              "test_factual_cli.py",        # 109
-              "test_report_browser.py",     # 97
-              "test_chat_smollm2.py")       # 97
+# Files of several minutes that hold one test: collected first, so that `-n 2 --dist loadfile`
+# (which hands out files in collection order) starts them at once instead of leaving one worker
+# running them alone at the end. Not every long file: with the longest eight first (vLLM's,
+# torchrun's, llama.cpp's, ...) they ran beside each other, each slower for sharing the memory
+# bus, and the suite took 28.6 minutes instead of 26.3 (full runs on 2 cores, 2026-12-03).
+LONG_FILES = ("test_report_browser.py", "test_inloop_parity.py")
 
 
 def pytest_collection_modifyitems(config, items):
-    first = {name: rank for rank, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: first.get(item.path.name, len(LONG_FILES)))  # stable: a file keeps its order
+    items.sort(key=lambda item: item.path.name not in LONG_FILES)  # stable: every file keeps its own order
 
 
 def shared_data_dir() -> Path:
