@@ -334,6 +334,6 @@ def _transformers_model(source: Optional[ModelSource]) -> Optional[str]:
     if source is None:
         return None
     if source.kind == "gguf":
-        directory = converted_gguf_dir(Path(source.location), file_sha256(Path(source.location)))
+        directory = converted_gguf_dir(Path(source.location), source.digest)  # hashed once: the tokenizer used it
         return str(directory) if (directory / "config.json").exists() else None
     return source.location
