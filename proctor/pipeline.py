@@ -16,6 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 from proctor.engine import Engine
 from proctor.errors import UserError
+from proctor.harness.library import is_harness_spec, load as load_harness
 from proctor.metrics import Stat
 from proctor.metrics.clusters import per_sample, task_error
 from proctor.options import RunOptions
@@ -135,6 +136,8 @@ def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],
     spec_plans: list[SpecPlan] = []
     runs: dict[str, TaskRun] = {}
     for spec in specs:
+        if is_harness_spec(spec):  # lm-eval builds its tasks (and reads their data) here
+            load_harness(spec, data_dir, prompts.num_fewshot)
         tasks: list[Task] = [prompts.apply(t) for t in resolve(spec, num_shots=prompts.num_fewshot)]
         names = [t.config.name for t in tasks]
         spec_plans.append(SpecPlan(spec, names, is_suite=names != [spec]))
@@ -204,7 +207,7 @@ def score(evaluation: Plan, engine: Engine) -> ScoredPlan:
             metrics={k: MetricSummary(finite(s.mean), finite(s.stderr)) for k, s in scored.metrics.items()},
             processing_time=model_seconds + time.perf_counter() - t0, warnings=tuple(run.warnings),
             generation=scored.generation, perplexity=scored.perplexity,
-            records=tuple(scored.records), sidecar=tuple(scored.sidecar)))
+            records=tuple(scored.records), sidecar=tuple(scored.sidecar), harness=scored.harness))
         primary[name] = scored.metrics[config.primary_metric]
     return ScoredPlan(records, primary)
 

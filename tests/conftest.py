@@ -151,6 +151,7 @@ def fresh_task_registry(monkeypatch):
 
     monkeypatch.setattr(catalog, "_added", {})
     monkeypatch.setattr(catalog, "_origin", {})
+    monkeypatch.setattr(catalog, "_added_suites", {})
     monkeypatch.setattr(registry, "_entry_points", "done")
     yield
     for name in [m for m in sys.modules if m.startswith(plugins.MODULE_PREFIX)]:

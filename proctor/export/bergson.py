@@ -31,7 +31,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence, Union
 
 from proctor.backends.sources import ModelSource, classify_source
 from proctor.digests import file_sha256
@@ -41,6 +41,7 @@ from proctor.outputs.records import (
     SIDECAR_COLUMNS,
     ChoiceRecord,
     GenerationRecord,
+    HarnessRecord,
     QueryMetadata,
     RunRecord,
     TaskRecord,
@@ -179,9 +180,9 @@ def _scored_request(row: dict, path: str) -> Loglikelihood:
 def _choice_targets(task: TaskRecord, requests: dict[str, dict[int, dict]], target: str,
                     path: str) -> Iterator[Target]:
     for record in task.records:
-        assert isinstance(record, ChoiceRecord)
+        assert isinstance(record, (ChoiceRecord, HarnessRecord))
         if target == "gold":
-            choice = record.label
+            choice = record.label if isinstance(record, ChoiceRecord) else int(record.target)
         else:
             predicted = record.prediction(task.primary_metric)
             if predicted is None:
@@ -195,13 +196,13 @@ def _choice_targets(task: TaskRecord, requests: dict[str, dict[int, dict]], targ
         scored = _scored_request(row, path)
         yield Target(record.query_id, "gold" if target == "gold" else "predicted", _context(row, path),
                      scored.continuation, scored.policy,
-                     choice=choice, sum_logits=record.model_output[choice].sum_logits)
+                     choice=choice, sum_logits=record.sum_logits()[choice])
 
 
 def _generation_targets(task: TaskRecord, requests: dict[str, dict[int, dict]], target: str,
                         path: str) -> Iterator[Target]:
     for record in task.records:
-        assert isinstance(record, GenerationRecord)
+        assert isinstance(record, (GenerationRecord, HarnessRecord))
         row = requests.get(record.query_id, {}).get(0)
         if row is None:
             raise UserError(f"{path} has no request for query {record.query_id}; the run and its requests.jsonl "
@@ -211,14 +212,28 @@ def _generation_targets(task: TaskRecord, requests: dict[str, dict[int, dict]], 
         if policy not in POLICIES:
             raise UserError(f"{path}: query {record.query_id} has an unknown tokenization policy {policy!r}")
         if target == "gold":
-            gold = str(record.label)
+            gold = str(record.label if isinstance(record, GenerationRecord) else record.target)
             spaced = gold if gold[:1].isspace() or context[-1:].isspace() else " " + gold
             yield Target(record.query_id, "gold", context, spaced, policy)
             continue
-        samples = record.model_output[:1] if target == "predicted" else record.model_output
-        for i, sample in enumerate(samples):
+        texts = _sample_texts(record)
+        for i, text in enumerate(texts[:1] if target == "predicted" else texts):
             yield Target(record.query_id, "predicted" if target == "predicted" else "sample", context,
-                         sample.text, policy, sample=i)
+                         text, policy, sample=i)
+
+
+def _sample_texts(record: Union[GenerationRecord, HarnessRecord]) -> list[str]:
+    if isinstance(record, GenerationRecord):
+        return [s.text for s in record.model_output]
+    return [s["text"] for s in record.model_output[0]["samples"]]
+
+
+def _is_choice(task: TaskRecord) -> bool:
+    """Whether a task's documents are scored by choices' log-likelihoods (lm-eval's multiple choice too)."""
+    if task.kind == "harness":
+        return all(isinstance(r, HarnessRecord) and r.sum_logits() and isinstance(r.target, int)
+                   for r in task.records)
+    return task.kind == "choice"
 
 
 def export_targets(run_dir: Path, run: RunRecord, target: str) -> tuple[list[tuple[TaskRecord, list[Target]]],
@@ -233,7 +248,7 @@ def export_targets(run_dir: Path, run: RunRecord, target: str) -> tuple[list[tup
             continue
         path = str(run_dir / task_dir_name(task.name) / "requests.jsonl")
         requests = _requests(run_dir, task.name)
-        make = _choice_targets if task.kind == "choice" else _generation_targets
+        make = _choice_targets if _is_choice(task) else _generation_targets
         out.append((task, list(make(task, requests, target, path))))
     if not any(targets for _, targets in out):
         raise UserError(f"{run_dir} has no query to export (its tasks: {', '.join(run.tasks)})")

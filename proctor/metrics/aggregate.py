@@ -90,8 +90,21 @@ class RatioStat:
         return math.sqrt(residual / (self.count * (self.count - 1))) / (self.denominator / self.count)
 
 
-#: what a task's aggregate metric can be: a mean over docs or a corpus ratio
-Stat = Union[MeanStat, RatioStat]
+@dataclass(frozen=True)
+class CorpusStat:
+    """An aggregate computed by someone else's rule over all docs at once (lm-eval's bleu, f1, mcc).
+
+    It holds only the value, its standard error and the docs it covers: it cannot be merged
+    with another task's, so a suite that pools docs refuses it.
+    """
+
+    count: int
+    mean: float
+    stderr: float
+
+
+#: what a task's aggregate metric can be: a mean over docs, a corpus ratio, or a corpus-level value
+Stat = Union[MeanStat, RatioStat, CorpusStat]
 
 
 def aggregate_docs(doc_metrics: Sequence[Mapping[str, float]], names: Sequence[str]) -> dict[str, MeanStat]:
@@ -109,7 +122,8 @@ def suite_scores(task_stats: Sequence[Stat]) -> dict[str, float]:
     pooled = MeanStat()
     for s in task_stats:
         if not isinstance(s, MeanStat):  # e.g. Paloma sources: byte-weighted, not a mean of members
-            raise ValueError("a suite pools per-doc means; a corpus ratio (RatioStat) cannot be a member")
+            raise ValueError("a suite pools per-doc means; a corpus-level value (RatioStat, CorpusStat) "
+                             "cannot be a member")
         pooled = pooled.merge(s)
     macro_se = math.sqrt(math.fsum(s.stderr**2 for s in task_stats)) / len(task_stats)
     return {

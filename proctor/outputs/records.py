@@ -31,7 +31,7 @@ FORMAT_VERSION = 4
 
 JSON = Any                       # a JSON value: None, bool, int, float, str, list, dict
 NativeId = Union[int, str]       # the dataset's own id of a document
-TaskKind = str                   # "choice", "generation" or "perplexity"
+TaskKind = str                   # "choice", "generation", "perplexity" or "harness" (lm-eval's own tasks)
 
 
 def finite(value: Optional[float]) -> Optional[float]:
@@ -269,11 +269,63 @@ class PerplexityRecord:
         return tuple(o.sum_logits for o in self.model_output)
 
 
-Record = Union[ChoiceRecord, GenerationRecord, PerplexityRecord]
+@dataclass(frozen=True)
+class HarnessRecord:
+    """A document of an lm-evaluation-harness task run through the bridge (`lm_eval:<task>` specs).
+
+    `metrics` are what the task's own `process_results` returned for it, one entry per
+    (metric, filter): keyed by the metric's name under the filter "none", else by lm-eval's
+    own `"<metric>,<filter>"`. `model_output` has one entry per lm-eval request of the
+    document, in request order: `{"sum_logits", "num_tokens", "is_greedy"}` for a
+    log-likelihood, `{"samples": [{"text", "num_tokens", "finish_reason"}, ...]}` for a
+    generation. `filtered` holds, per filter, each request's response after the task's
+    filters (what `process_results` read); `target` is the task's `doc_to_target`.
+    """
+
+    query_id: str
+    doc_id: int
+    native_id: NativeId
+    metrics: Mapping[str, JSON]
+    model_output: tuple[Mapping[str, JSON], ...]
+    filtered: Mapping[str, JSON]
+    target: JSON
+
+    def to_dict(self) -> dict[str, JSON]:
+        """Return the document's predictions.jsonl line."""
+        return {"query_id": self.query_id, "doc_id": self.doc_id, "native_id": self.native_id,
+                "metrics": dict(self.metrics), "model_output": [dict(o) for o in self.model_output],
+                "filtered": dict(self.filtered), "target": self.target}
+
+    @classmethod
+    def from_dict(cls, row: Mapping[str, JSON]) -> "HarnessRecord":
+        """Read a document back from its predictions.jsonl line."""
+        return cls(row["query_id"], row["doc_id"], row["native_id"], dict(row["metrics"]),
+                   tuple(dict(o) for o in row["model_output"]), dict(row["filtered"]), row["target"])
+
+    def metric_value(self, metric: str) -> Optional[float]:
+        """Return the document's value of `metric` when it is a number (None otherwise)."""
+        value = self.metrics.get(metric)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def prediction(self, metric: str) -> JSON:
+        """Return what the model answered under the metric's filter: the choice picked, or the filtered text."""
+        if self.sum_logits():
+            logits = self.sum_logits()
+            return logits.index(max(logits))
+        _, _, filter_name = metric.partition(",")
+        answer = self.filtered.get(filter_name or "none")
+        return answer[0] if isinstance(answer, list) and answer else answer
+
+    def sum_logits(self) -> tuple[float, ...]:
+        """Return each log-likelihood request's sum, in request order (empty for generation)."""
+        return tuple(float(o["sum_logits"]) for o in self.model_output if "sum_logits" in o)
+
+
+Record = Union[ChoiceRecord, GenerationRecord, PerplexityRecord, HarnessRecord]
 #: how a predictions.jsonl line of each kind of task reads back
 RECORD_READERS: dict[TaskKind, Callable[[Mapping[str, JSON]], Record]] = {
     "choice": ChoiceRecord.from_dict, "generation": GenerationRecord.from_dict,
-    "perplexity": PerplexityRecord.from_dict}
+    "perplexity": PerplexityRecord.from_dict, "harness": HarnessRecord.from_dict}
 
 
 # ---- the sidecar (query_metadata.*) ------------------------------------------------------
@@ -374,6 +426,9 @@ class TaskRecord:
     perplexity: Optional[PerplexityTotals] = None
     records: tuple[Record, ...] = ()
     sidecar: tuple[QueryMetadata, ...] = ()
+    #: lm-eval tasks (kind "harness"): `lm_eval_version`, `task`, `config` (the task's YAML as
+    #: lm-eval expands it) and `config_sha256`
+    harness: Optional[Mapping[str, JSON]] = None
 
     @property
     def primary_score(self) -> Optional[float]:
@@ -396,6 +451,8 @@ class TaskRecord:
             out["generation"] = self.generation.to_dict()
         if self.perplexity is not None:
             out["perplexity"] = asdict(self.perplexity)
+        if self.harness is not None:
+            out["harness"] = dict(self.harness)
         return out
 
     @classmethod
@@ -410,7 +467,7 @@ class TaskRecord:
             processing_time=entry["processing_time"], warnings=tuple(entry["warnings"]),
             generation=None if generation is None else GenerationSettings.from_dict(generation),
             perplexity=None if perplexity is None else PerplexityTotals(**perplexity),
-            records=records, sidecar=sidecar)
+            records=records, sidecar=sidecar, harness=entry.get("harness"))
 
 
 # ---- headline scores (metrics.json `primary_scores`) -------------------------------------

@@ -21,6 +21,7 @@ from proctor.metrics.stats import ClusteredMean, wilson_interval
 from proctor.outputs.records import (
     ChoiceRecord,
     GenerationRecord,
+    HarnessRecord,
     PerplexityRecord,
     QueryMetadata,
     Record,
@@ -387,9 +388,24 @@ def _run_entry(record: Optional[Record], metric: str, meta: Optional[QueryMetada
         else:
             answer = f"{len(samples)} samples"
         return {"s": score, "a": answer, "o": samples}
+    if isinstance(record, HarnessRecord):
+        return _harness_entry(record, score, metric, meta)
     m = record.metrics
     return {"s": finite(m.bits_per_byte), "a": f"{m.nll:.1f} nats, {m.num_tokens} tokens", "nll": finite(m.nll),
             "tok": m.num_tokens, "b": m.num_bytes}
+
+
+def _harness_entry(record: HarnessRecord, score: Optional[float], metric: str,
+                   meta: Optional[QueryMetadata]) -> dict[str, JSON]:
+    """Return an lm-eval task's item: its choices' log-probabilities, or its samples and the filtered answer."""
+    shown = meta.predicted_answer if meta is not None and meta.predicted_answer is not None else None
+    if record.sum_logits():
+        picked = record.prediction(metric)
+        return {"s": score, "a": "" if shown is None else str(shown), "p": picked,
+                "lp": [finite(round(v, 4)) for v in record.sum_logits()]}
+    samples = [{"text": s["text"], "f": s["finish_reason"], "n": s["num_tokens"]}
+               for out in record.model_output for s in out.get("samples", [])]
+    return {"s": score, "a": _clip("" if shown is None else shown), "o": samples}
 
 
 def _flipped(records: Sequence[Optional[Record]], metric: str) -> bool:
@@ -404,6 +420,9 @@ def _gold(record: Record, meta: Optional[QueryMetadata]) -> tuple[Optional[str],
         return shown, record.label
     if isinstance(record, GenerationRecord):
         return record.label, None
+    if isinstance(record, HarnessRecord):
+        return (None if meta is None else meta.correct_answer), (record.target if record.sum_logits()
+                                                                 and isinstance(record.target, int) else None)
     return None, None
 
 

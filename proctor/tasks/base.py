@@ -165,6 +165,8 @@ class Scored:
     metrics: dict[str, Stat]          # metric name -> its sufficient statistics
     generation: Optional[GenerationSettings] = None
     perplexity: Optional[PerplexityTotals] = None
+    #: lm-eval tasks: the lm-eval version and the task's resolved config (metrics.json `harness`)
+    harness: Optional[dict] = None
 
 
 def sidecar_row(config: TaskConfig, inst: Work, *, is_correct: Optional[bool], predicted_answer: Optional[str],

@@ -31,6 +31,7 @@ FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
 _origin: dict[str, str] = {}     # added spec -> the file (or module) that defined it
+_added_suites: dict[str, Suite] = {}   # suites added at run time (lm-eval's groups, proctor.harness)
 
 
 @lru_cache(maxsize=1)
@@ -43,9 +44,14 @@ def builtin_tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
     return out
 
 
+def suites() -> Mapping[str, Suite]:
+    """Every suite, built-in and added: spec -> the specs it stands for (members may be suites themselves)."""
+    return ChainMap(_added_suites, builtin_suites())
+
+
 @lru_cache(maxsize=1)
-def suites() -> dict[str, Suite]:
-    """Every suite: spec -> the specs it stands for (members may be suites themselves)."""
+def builtin_suites() -> dict[str, Suite]:
+    """Every built-in suite."""
     out = {}
     for fmt in ("mc", "rc"):
         for category, subjects in mmlu.CATEGORIES.items():
@@ -85,7 +91,7 @@ def tasks() -> Mapping[str, tuple[type[Task], TaskConfig]]:
 
 def builtin_names() -> set[str]:
     """Return the built-in task specs and suites."""
-    return set(builtin_tasks()) | set(suites())
+    return set(builtin_tasks()) | set(builtin_suites())
 
 
 def add_task(cls: type[Task], config: TaskConfig, origin: str) -> None:
@@ -106,3 +112,10 @@ def add_task(cls: type[Task], config: TaskConfig, origin: str) -> None:
 def added_specs(origin: Optional[str] = None) -> list[str]:
     """Specs added at run time (those of one origin, when given), in the order added."""
     return [n for n, o in _origin.items() if origin is None or o == origin]
+
+
+def add_suite(suite: Suite) -> None:
+    """Register a suite defined outside the package (an lm-eval group); adding it again replaces it."""
+    if suite.name in builtin_names():
+        raise UserError(f"suite {suite.name!r} is a built-in spec; choose another name")
+    _added_suites[suite.name] = suite

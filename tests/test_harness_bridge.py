@@ -1,0 +1,156 @@
+"""lm-eval's own tasks on proctor's engine (`lm_eval:<task>` specs, proctor/harness/).
+
+The reference is lm-eval itself: `simple_evaluate` with its HFLM over the same model
+object and the same local rows, its per-document samples compared with the bridge's records.
+"""
+
+import json
+import sys
+
+import pytest
+
+import proctor
+from proctor.cli import main
+from proctor.errors import UserError
+from proctor.pipeline import PromptOptions, plan
+
+SLOW = pytest.mark.slow  # lm-eval (and, in some, the real SmolLM2)
+
+
+def test_without_lm_eval_an_lm_eval_spec_is_one_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` raises ImportError
+    assert main(["run", "--model", "smollm2-135m", "--tasks", "lm_eval:arc_easy", "--output",
+                 str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install 'proctor[lm-eval]'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def bridged(spec, data_dir, limit, num_fewshot=None):
+    evaluation = plan([spec], data_dir, limit, PromptOptions(num_fewshot=num_fewshot))
+    return evaluation
+
+
+def requests_of(evaluation):
+    return [[r.to_dict() for r in inst.requests] for run in evaluation.tasks.values() for inst in run.instances]
+
+
+@SLOW
+@pytest.mark.parametrize("native, spec, shots, limit", [
+    ("arc_challenge::leaderboard", "lm_eval:arc_challenge", 25, 4),
+    ("mmlu_anatomy::leaderboard", "lm_eval:mmlu_anatomy", 5, 6),
+    ("gsm8k::lm_eval", "lm_eval:gsm8k", None, 3),
+    ("truthfulqa_mc1::leaderboard", "lm_eval:truthfulqa_mc1", None, 4),
+    ("truthfulqa_mc2::leaderboard", "lm_eval:truthfulqa_mc2", None, 4),
+    ("bbh_boolean_expressions:cot::lm_eval", "lm_eval:bbh_cot_fewshot_boolean_expressions", None, 3),
+])
+def test_the_bridge_asks_what_proctors_own_lm_eval_formats_ask(data_dir, native, spec, shots, limit):
+    ours = bridged(native, data_dir, limit, shots)
+    theirs = bridged(spec, data_dir, limit, shots)
+    assert requests_of(theirs) == requests_of(ours)
+    (run,) = theirs.tasks.values()
+    assert [i.query_id for i in run.instances] == [f"{spec}#{k}" for k in range(limit)]
+
+
+@SLOW
+def test_a_group_is_a_suite_of_its_members_and_a_bad_name_is_one_line(data_dir):
+    evaluation = bridged("lm_eval:mmlu_humanities", data_dir, 1)
+    assert len(evaluation.tasks) == 13 and all(n.startswith("lm_eval:mmlu_") for n in evaluation.tasks)
+    from proctor.tasks.registry import suite
+    s = suite("lm_eval:mmlu_humanities")
+    assert s.primary == "micro" and len(s.members) == 13
+    with pytest.raises(UserError, match=r"unknown lm-eval task.*'arc_esay'.*did you mean lm_eval:arc_easy"):
+        bridged("lm_eval:arc_esay", data_dir, 1)
+
+
+@SLOW
+def test_few_shot_examples_from_a_split_the_data_dir_lacks_are_refused(data_dir):
+    with pytest.raises(UserError, match=r"lm_eval:hellaswag: 10-shot prompts draw examples from the train split"):
+        bridged("lm_eval:hellaswag", data_dir, 2, 10)
+    assert len(bridged("lm_eval:hellaswag", data_dir, 2).tasks["lm_eval:hellaswag"].instances) == 2
+
+
+@SLOW
+def test_a_dataset_that_cannot_be_found_offline_is_one_line(monkeypatch, capsys, tmp_path, data_dir):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "empty-cache"))
+    assert main(["run", "--model", "smollm2-135m", "--tasks", "lm_eval:piqa", "--data-dir", str(data_dir),
+                 "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "lm_eval:piqa: its dataset" in err and "HF datasets cache" in err
+
+
+def lm_eval_samples(backend, data_dir, task, limit, num_fewshot=None):
+    """lm-eval's own run: simple_evaluate + HFLM over the backend's model, rows from data_dir."""
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    from proctor.harness.offline import local_datasets
+
+    lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=8, max_length=2048)
+    with local_datasets(data_dir):
+        out = lm_eval.simple_evaluate(model=lm, tasks=[task], limit=limit, num_fewshot=num_fewshot,
+                                      log_samples=True, bootstrap_iters=0)
+    return out["samples"][task], out["results"][task]
+
+
+@SLOW
+@pytest.mark.parametrize("task, limit, shots", [("arc_easy", 10, None), ("mmlu_anatomy", 8, 5),
+                                                ("hellaswag", 5, None), ("gsm8k", 2, None)])
+def test_per_document_metrics_equal_lm_evals_own_run_on_smollm2(data_dir, smollm2_backend, task, limit, shots):
+    samples, results = lm_eval_samples(smollm2_backend, data_dir, task, limit, shots)
+    result = proctor.evaluate(smollm2_backend, tasks=[f"lm_eval:{task}"], limit=limit, num_fewshot=shots,
+                              data_dir=data_dir)
+    record = result.tasks[f"lm_eval:{task}"]
+    by_filter = {}
+    for s in samples:
+        by_filter.setdefault(s["filter"], {})[s["doc_id"]] = s
+    worst = 0.0
+    for doc in record.records:
+        for filter_key, theirs in by_filter.items():
+            ref = theirs[doc.doc_id]
+            for metric in ref["metrics"]:
+                key = metric if filter_key == "none" else f"{metric},{filter_key}"
+                assert doc.metrics[key] == ref[metric], (doc.query_id, key)
+            expected = json.loads(json.dumps(ref["filtered_resps"]))
+            if doc.sum_logits():  # (log-likelihood, is_greedy) per choice: the numbers within 1e-4
+                assert [g for _, g in doc.filtered[filter_key]] == [g for _, g in expected], doc.query_id
+                assert [v for v, _ in doc.filtered[filter_key]] == pytest.approx([v for v, _ in expected], abs=1e-4)
+            else:
+                assert doc.filtered[filter_key] == expected, doc.query_id
+        for out, resp in zip(doc.model_output, samples[doc.doc_id]["resps"]):
+            if "sum_logits" in out:
+                worst = max(worst, abs(out["sum_logits"] - resp[0][0]))
+            else:
+                assert [s["text"] for s in out["samples"]] == resp, doc.query_id
+    assert worst <= 1e-4
+    for key, summary in record.metrics.items():
+        name = key if "," in key else f"{key},none"
+        assert summary.mean == pytest.approx(results[name], abs=1e-9), key
+
+
+@pytest.fixture(scope="module")
+def smollm2_backend():
+    from proctor.backends import load_backend
+
+    return load_backend("smollm2-135m", device="cpu", dtype="float32", max_length=2048)
+
+
+@SLOW
+def test_a_bridged_run_directory_reads_back_reports_and_resumes(tmp_path, data_dir, capsys):
+    out = tmp_path / "run"
+    args = ["run", "--model", "smollm2-135m", "--tasks", "lm_eval:ai2_arc", "--limit", "3",
+            "--data-dir", str(data_dir), "--output", str(out)]
+    assert main(args) == 0
+    run = proctor.read_run(out)
+    assert set(run.tasks) == {"lm_eval:arc_easy", "lm_eval:arc_challenge"}
+    task = run.tasks["lm_eval:arc_easy"]
+    assert task.kind == "harness" and task.harness["task"] == "arc_easy"
+    assert len(task.harness["config_sha256"]) == 64 and "config_source" not in task.harness["config"]["metadata"]
+    assert [r.query_id for r in task.records] == [f"lm_eval:arc_easy#{i}" for i in range(3)]
+    assert main(["report", str(out), "--output", str(tmp_path / "r.html")]) == 0
+    again = tmp_path / "again"
+    assert main([*args[:-1], str(again)]) == 0  # every request from the result cache
+    for name in ("lm_eval-arc_easy/predictions.jsonl", "query_metadata.jsonl"):
+        assert (out / name).read_bytes() == (again / name).read_bytes()
