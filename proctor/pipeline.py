@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 
 from proctor.engine import Engine
 from proctor.errors import UserError
-from proctor.harness.library import is_harness_spec, load as load_harness
+from proctor.harness.specs import is_harness_spec, load as load_harness
 from proctor.metrics import Stat
 from proctor.metrics.clusters import per_sample, task_error
 from proctor.options import RunOptions

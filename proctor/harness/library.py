@@ -1,29 +1,17 @@
-"""lm-evaluation-harness's own tasks as proctor specs: `lm_eval:<task, group or tag>`.
+"""What the bridge to lm-evaluation-harness shares: the spec prefix, the task objects built, their records.
 
-`load` resolves the name with lm-eval's `TaskManager` (its shipped YAML files, groups and
-tags, `include:` and `!function`), builds the task objects with their datasets (local
-ones from `--data-dir`, `proctor.harness.offline`), applies lm-eval's `simple_evaluate`
-rules for `--num-fewshot` and the few-shot seed, and registers every leaf task as a spec
-(`proctor.harness.task.HarnessTask`) and every group or tag as a suite, so that the rest
-of a run treats them as any other spec.
+Every `lm_eval:<task>` spec's lm-eval task object is built once per run
+(`proctor.harness.specs.load`) and kept here under its proctor task name.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import logging
-from contextlib import contextmanager
-from functools import lru_cache
-from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from proctor.errors import UserError
-from proctor.harness.offline import local_datasets, missing_splits
-from proctor.tasks import catalog
 from proctor.tasks.config import TaskConfig
-from proctor.tasks.suite import Suite
 
 PREFIX = "lm_eval:"
 INSTALL = "pip install 'proctor[lm-eval]'"
@@ -33,11 +21,6 @@ ORIGIN = "lm-evaluation-harness"
 
 #: proctor task name -> the lm-eval task object built for this process's run
 _built: dict[str, Any] = {}
-
-
-def is_harness_spec(spec: str) -> bool:
-    """Whether a spec names an lm-eval task, group or tag (`lm_eval:<name>`)."""
-    return isinstance(spec, str) and spec.strip().startswith(PREFIX)
 
 
 def lm_eval_version() -> str:
@@ -52,89 +35,9 @@ def lm_eval_version() -> str:
     return version("lm_eval")
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Keep lm-eval's per-task INFO and WARNING lines (defaults it fills in) off the terminal."""
-    logger = logging.getLogger("lm_eval")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-@lru_cache(maxsize=8)
-def task_manager(include: tuple[str, ...] = ()) -> Any:
-    """Return lm-eval's TaskManager over its shipped tasks and the `include` directories of YAML files."""
-    lm_eval_version()
-    from lm_eval.tasks import TaskManager
-
-    with _quiet():
-        return TaskManager(include_path=list(include) or None)
-
-
-def _unknown(name: str, manager: Any) -> UserError:
-    close = difflib.get_close_matches(name, manager.all_tasks, n=5, cutoff=0.75)
-    hint = f"; did you mean {', '.join(PREFIX + c for c in close)}?" if close else ""
-    return UserError(f"unknown lm-eval task, group or tag {name!r}{hint} "
-                     "(`python -m lm_eval ls tasks` lists lm-eval's)")
-
-
-def _effective_shots(task: Any, num_fewshot: Optional[int]) -> int:
-    """simple_evaluate's rule: --num_fewshot replaces the YAML's, except a YAML that says 0."""
-    default = task.get_config("num_fewshot")
-    if num_fewshot is not None and default != 0:
-        return num_fewshot
-    return default or 0
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
-
-
-def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
-         include: tuple[str, ...] = ()) -> None:
-    """Build the lm-eval tasks a spec names and register them (leaves as tasks, groups and tags as suites)."""
-    name = spec.strip()[len(PREFIX):]
-    manager = task_manager(include)
-    if name not in manager.task_index:
-        raise _unknown(name, manager)
-    try:
-        with _quiet(), local_datasets(data_dir):
-            loaded = manager.load([name])
-    except UserError:
-        raise
-    except Exception as e:  # a bad field in a YAML file, a !function that fails, ...
-        raise UserError(f"{spec}: lm-eval could not build the task: {type(e).__name__}: {_first_line(e)}") from None
-    for task_name, task in loaded["tasks"].items():
-        shots = _effective_shots(task, num_fewshot)
-        task.set_config(key="num_fewshot", value=shots)
-        task.set_fewshot_seed(seed=FEWSHOT_SEED)
-        _check_fewshot_data(task, shots, data_dir)
-        proctor_name = PREFIX + task_name
-        _built[proctor_name] = task
-        from proctor.harness.task import HarnessTask
-
-        catalog.add_task(HarnessTask, task_config(proctor_name, task), ORIGIN)
-    for group in loaded["groups"].values():
-        catalog.add_suite(group_suite(group))
-    if name not in loaded["groups"] and name not in loaded["tasks"]:  # a tag: its tasks, no aggregate
-        catalog.add_suite(Suite(PREFIX + name, tuple(PREFIX + t for t in loaded["tasks"]), aggregations=(),
-                                primary=None))
-
-
-def _check_fewshot_data(task: Any, shots: int, data_dir: Optional[Path]) -> None:
-    if not shots:
-        return
-    lacking = missing_splits(task)
-    if not lacking:
-        return
-    config = task.config
-    raise UserError(f"lm_eval:{config.task}: {shots}-shot prompts draw examples from the "
-                    f"{'/'.join(lacking)} split of {config.dataset_path}, which {data_dir} does not hold; "
-                    "add that split's file, run it 0-shot (--num-fewshot 0), or use the hub (omit --data-dir)")
+def register_built(name: str, task: Any) -> None:
+    """Keep the lm-eval task object built for a proctor task name (its HarnessTask reads it)."""
+    _built[name] = task
 
 
 def built_task(name: str) -> Any:
@@ -188,20 +91,3 @@ def task_config(name: str, task: Any) -> TaskConfig:
                       dataset_name=config.dataset_name, split=str(eval_split(task)),
                       num_shots=int(config.num_fewshot or 0), primary_metric=metric_keys(task)[0],
                       fewshot_source=f"lm-eval's {sampler} sampler, seed {FEWSHOT_SEED}")
-
-
-def group_suite(group: Any) -> Suite:
-    """Return an lm-eval group as a suite: its direct members and its aggregation of their primary metric.
-
-    `weight_by_size` is the mean over all documents (micro); otherwise lm-eval averages the
-    members' scores (member_mean). A group without `aggregate_metric_list` reports no score of
-    its own, as in lm-eval.
-    """
-    members = tuple(PREFIX + c for c in group.child_names)
-    aggregations = group.aggregate_metric_list or []
-    if not aggregations:
-        return Suite(PREFIX + group.name, members, aggregations=(), primary=None)
-    first = aggregations[0]
-    by_size = first.weight_by_size
-    primary = "micro" if by_size else "member_mean"
-    return Suite(PREFIX + group.name, members, aggregations=(primary,), primary=primary)
