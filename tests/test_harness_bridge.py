@@ -154,3 +154,30 @@ def test_a_bridged_run_directory_reads_back_reports_and_resumes(tmp_path, data_d
     assert main([*args[:-1], str(again)]) == 0  # every request from the result cache
     for name in ("lm_eval-arc_easy/predictions.jsonl", "query_metadata.jsonl"):
         assert (out / name).read_bytes() == (again / name).read_bytes()
+
+
+@SLOW  # subprocesses, SIGKILL and rerun
+@pytest.mark.xfail(strict=True, reason="open: under lm-eval's tokenization policy a resumed run's log-likelihoods "
+                   "differ from a fresh run's in the 7th digit for some documents (other batch compositions), "
+                   "even with --deterministic; OLMES-policy runs resume bit for bit (tests/test_resume.py)")
+def test_a_bridged_mmlu_run_killed_midway_resumes_to_byte_identical_files(data_dir, tmp_path):
+    from killed_runs import finish, kill_when_stored, outputs, start_run
+    from tinylm import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny")
+
+    def args(out):
+        return ["--model", str(model), "--tasks", "lm_eval:mmlu_stem", "--limit", "6",
+                "--batch-size", "2", "--data-dir", str(data_dir), "--output", str(out), "--no-progress"]
+
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    stored = kill_when_stored(start_run(args(out), cache), cache, "loglikelihood", 30)
+    assert 0 < stored < 19 * 6 * 4 and not out.exists()
+    resumed = start_run(args(out), cache, OMP_NUM_THREADS="1")
+    fresh_out = tmp_path / "fresh"
+    fresh = start_run(args(fresh_out), tmp_path / "fresh-cache", OMP_NUM_THREADS="1")
+    finish(resumed)
+    finish(fresh)
+    resumed_files, fresh_files = outputs(out), outputs(fresh_out)
+    assert len([n for n in fresh_files if n.endswith("predictions.jsonl")]) == 19
+    assert resumed_files == fresh_files
