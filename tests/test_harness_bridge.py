@@ -27,8 +27,7 @@ def test_without_lm_eval_an_lm_eval_spec_is_one_line(monkeypatch, capsys, tmp_pa
 
 
 def bridged(spec, data_dir, limit, num_fewshot=None):
-    evaluation = plan([spec], data_dir, limit, PromptOptions(num_fewshot=num_fewshot))
-    return evaluation
+    return plan([spec], data_dir, limit, PromptOptions(num_fewshot=num_fewshot))
 
 
 def requests_of(evaluation):
@@ -143,6 +142,7 @@ def test_a_bridged_run_directory_reads_back_reports_and_resumes(tmp_path, data_d
     args = ["run", "--model", "smollm2-135m", "--tasks", "lm_eval:ai2_arc", "--limit", "3",
             "--data-dir", str(data_dir), "--output", str(out)]
     assert main(args) == 0
+    assert "3/3 [" not in capsys.readouterr().err  # lm-eval's own progress bar of request building
     run = proctor.read_run(out)
     assert set(run.tasks) == {"lm_eval:arc_easy", "lm_eval:arc_challenge"}
     task = run.tasks["lm_eval:arc_easy"]

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Optional
 
 from proctor.data.local import LOADERS
 from proctor.errors import UserError
+from proctor.harness.library import eval_split
 
 #: lm-eval dataset paths whose rows proctor reads under another hub id of the same rows
 SAME_ROWS = {"lighteval/siqa": "allenai/social_i_qa"}
@@ -53,14 +54,14 @@ def _local_dataset(task: Any, data_dir: Path) -> Any:
     if dataset is None:
         return None
     loader = LOADERS[dataset]
-    eval_split = config.test_split or config.validation_split
+    evaluated = eval_split(task)
     splits: dict[str, Any] = {}
     missing = []
     for split in _split_names(config):
         try:
             rows = loader(data_dir, config.dataset_name, split)
         except UserError as e:
-            if split == eval_split:
+            if split == evaluated:
                 raise UserError(f"lm_eval:{config.task}: its {split} split of {config.dataset_path} "
                                 f"({config.dataset_name or 'default'}) cannot be read from {data_dir}: {e}") from None
             missing.append(split)
@@ -78,13 +79,18 @@ def missing_splits(task: Any) -> tuple[str, ...]:
 def _unavailable(task: Any, error: BaseException, data_dir: Optional[Path]) -> UserError:
     config = task.config
     name = f" (config {config.dataset_name})" if config.dataset_name else ""
-    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
     where = (f"--data-dir {data_dir} has no reader for it" if data_dir is not None
              else "no --data-dir was given")
     return UserError(f"lm_eval:{config.task}: its dataset {config.dataset_path}{name} could not be loaded "
-                     f"({first}); {where}. Put the dataset in the HF datasets cache (run once where the hub "
+                     f"({first_line(error)}); {where}. Put the dataset in the HF datasets cache (run once where the hub "
                      f"is reachable, or copy ~/.cache/huggingface/datasets); proctor reads these datasets from "
                      f"--data-dir: {', '.join(sorted([*LOADERS, *SAME_ROWS]))}")
+
+
+def first_line(error: BaseException) -> str:
+    """Return an exception's first line of text (at most 300 characters), or its type's name."""
+    text = str(error).strip()
+    return text.splitlines()[0][:300] if text else type(error).__name__
 
 
 @contextmanager

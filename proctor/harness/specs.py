@@ -19,7 +19,7 @@ from typing import Any, Iterator, Optional
 
 from proctor.errors import UserError
 from proctor.harness.library import FEWSHOT_SEED, ORIGIN, PREFIX, lm_eval_version, register_built, task_config
-from proctor.harness.offline import local_datasets, missing_splits
+from proctor.harness.offline import first_line, local_datasets, missing_splits
 from proctor.harness.task import HarnessTask
 from proctor.tasks import catalog
 from proctor.tasks.suite import Suite
@@ -67,11 +67,6 @@ def _effective_shots(task: Any, num_fewshot: Optional[int]) -> int:
     return default or 0
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0][:300] if text else type(error).__name__
-
-
 def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
          include: tuple[str, ...] = ()) -> None:
     """Build the lm-eval tasks a spec names and register them (leaves as tasks, groups and tags as suites)."""
@@ -85,7 +80,7 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     except UserError:
         raise
     except Exception as e:  # a bad field in a YAML file, a !function that fails, ...
-        raise UserError(f"{spec}: lm-eval could not build the task: {type(e).__name__}: {_first_line(e)}") from None
+        raise UserError(f"{spec}: lm-eval could not build the task: {type(e).__name__}: {first_line(e)}") from None
     for task_name, task in loaded["tasks"].items():
         shots = _effective_shots(task, num_fewshot)
         task.set_config(key="num_fewshot", value=shots)
@@ -124,7 +119,5 @@ def group_suite(group: Any) -> Suite:
     aggregations = group.aggregate_metric_list or []
     if not aggregations:
         return Suite(PREFIX + group.name, members, aggregations=(), primary=None)
-    first = aggregations[0]
-    by_size = first.weight_by_size
-    primary = "micro" if by_size else "member_mean"
+    primary = "micro" if aggregations[0].weight_by_size else "member_mean"
     return Suite(PREFIX + group.name, members, aggregations=(primary,), primary=primary)

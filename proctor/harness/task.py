@@ -17,10 +17,10 @@ and lm-eval's own aggregation and standard errors give the task's metrics.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -136,17 +136,15 @@ def as_json(value: Any) -> JSON:
 
 
 class HarnessTask(Task):
-    """A leaf lm-eval task, built and registered by `proctor.harness.library.load`."""
+    """A leaf lm-eval task, built and registered by `proctor.harness.specs.load`."""
 
     kind = "harness"
-    #: --num-fewshot was applied by lm-eval's own rule when the task was built
-    shots_applied_by_harness = True
+    applies_num_fewshot = False  # lm-eval's own rule applied it when the task was built
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
-        """Return lm-eval's evaluation documents, in order."""
-        split = str(eval_split(built_task(self.config.name)))
-        return [{**doc, "native_id": i, "split": split}
-                for i, doc in enumerate(built_task(self.config.name).eval_docs)]
+        """Return lm-eval's evaluation documents, in order (native_id: the position)."""
+        task = built_task(self.config.name)
+        return self.as_docs(list(task.eval_docs), str(eval_split(task)))
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[HarnessInstance]:
         """Build the requests of the first `limit` documents with the task's own `build_all_requests`."""
@@ -174,9 +172,7 @@ class HarnessTask(Task):
             out.append(HarnessInstance(
                 query_id=f"{name}#{doc_id}", task=name, doc_id=doc_id, native_id=doc_id, doc=doc,
                 requests=tuple(as_request(i, where) for i in insts), lm_instances=insts,
-                gold=as_json(task.doc_to_target(doc)),
-                metadata={"benchmark": self.config.benchmark, "subject": None, "reasoning_type": None,
-                          "split": split}))
+                gold=as_json(task.doc_to_target(doc)), metadata=self.doc_metadata({**doc, "split": split})))
         if not out:
             raise UserError("no documents to evaluate: the task's split has no rows")
         return out
@@ -232,16 +228,19 @@ class HarnessTask(Task):
 
 @contextmanager
 def _no_progress_bars() -> Iterator[None]:
-    """Keep lm-eval's tqdm bar of request building off the terminal (proctor shows its own progress)."""
-    before = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
+    """Keep lm-eval's tqdm bar of request building off the terminal (proctor shows its own progress).
+
+    tqdm reads TQDM_DISABLE when it is imported, so the bar is turned off where lm-eval's task
+    module calls it, for the call only.
+    """
+    from lm_eval.api import task as lm_eval_task
+
+    bar = lm_eval_task.tqdm
+    lm_eval_task.tqdm = partial(bar, disable=True)
     try:
         yield
     finally:
-        if before is None:
-            del os.environ["TQDM_DISABLE"]
-        else:
-            os.environ["TQDM_DISABLE"] = before
+        lm_eval_task.tqdm = bar
 
 
 def _stat(task: Any, metric: str, filter_key: str, values: list, aggregates: Mapping[str, Any]) -> Stat:

@@ -309,8 +309,8 @@ class HarnessRecord:
 
     def prediction(self, metric: str) -> JSON:
         """Return what the model answered under the metric's filter: the choice picked, or the filtered text."""
-        if self.sum_logits():
-            logits = self.sum_logits()
+        logits = self.sum_logits()
+        if logits:
             return logits.index(max(logits))
         _, _, filter_name = metric.partition(",")
         answer = self.filtered.get(filter_name or "none")

@@ -202,6 +202,9 @@ class Task(ABC):
     system_instruction_needs_chat: ClassVar[bool] = False
     #: few-shot examples as turns when a run asks for chats without saying (lm-eval's CLI: on)
     default_multiturn: ClassVar[bool] = True
+    #: whether `registry.resolve` sets the run's --num-fewshot in its config (lm-eval's tasks apply it
+    #: by lm-eval's own rule when they are built)
+    applies_num_fewshot: ClassVar[bool] = True
 
     def chat_format(self, fewshot_as_multiturn: Optional[bool]) -> ChatFormat:
         """Return the chat layout a run's --chat-template gives this task.

@@ -191,7 +191,7 @@ def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
     tasks = []
     for name in leaf_specs(spec):
         cls, config = _table()[name]
-        if shots is not None and not getattr(cls, "shots_applied_by_harness", False):
+        if shots is not None and cls.applies_num_fewshot:
             config = _with_shots(cls, config, shots)
         tasks.append(cls(config))
     return tasks
