@@ -18,7 +18,7 @@ from proctor.options import add_flags, keywords_of
 
 #: the `proctor run` options `proctor prompts` takes (it loads no model, at most a tokenizer)
 PROMPT_FLAGS = ("tasks", "limit", "num_fewshot", "data_dir", "output", "include", "overwrite", "chat_template",
-                "fewshot_as_multiturn", "system_instruction", "think_tags", "model")
+                "fewshot_as_multiturn", "system_instruction", "gen_kwargs", "think_tags", "model")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -109,6 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     is_main = DistributedContext.from_env().is_main
     if is_main:  # checked here too so that a refusal names the CLI's options
         check_output_dir(output, overwrite=args.overwrite)
+        _include(args)  # to say which format each path was read as (evaluate includes them again: no-op)
     result = evaluate(**{**keywords, "output": output, "command": ["proctor", *map(redact_url, sys.argv[1:])]})
     if is_main:
         _print_alias_notes(keywords["tasks"], args.num_fewshot)
@@ -130,10 +131,17 @@ def _print_alias_notes(specs: Sequence[str], num_fewshot: Optional[int]) -> None
 
 
 def _include(args: argparse.Namespace) -> None:
-    if args.include:
-        from proctor.tasks.plugins import include
+    """Add the --include'd tasks, and say which format each path was read as."""
+    from proctor.harness.library import PREFIX
+    from proctor.tasks.plugins import include
 
-        include(args.include)
+    for path in args.include or ():
+        names = include([path])
+        harness = [n for n in names if n.startswith(PREFIX)]
+        read = [f"{len(harness)} lm-eval YAML task(s) ({', '.join(harness)})"] if harness else []
+        if len(names) > len(harness):
+            read.append(f"{len(names) - len(harness)} proctor task spec(s)")
+        print(f"proctor: --include {path}: read {' and '.join(read)}", file=sys.stderr)
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ place a run option is written down. From it come:
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import os
 from dataclasses import Field, dataclass, field, fields
@@ -115,6 +116,15 @@ def _system_instruction(name: str, value: Any) -> Optional[str]:
     return value
 
 
+def _gen_kwargs(name: str, value: Any) -> Optional[dict[str, Any]]:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value or not all(isinstance(k, str) and k for k in value):
+        raise UserError(f"gen_kwargs must map generation settings to values, e.g. {{'temperature': 0.7, "
+                        f"'do_sample': True}}; got {value!r}")
+    return dict(value)
+
+
 def _command(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return tuple(value)
@@ -136,6 +146,23 @@ def _parse_label(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. step=1000), got {text!r}")
     return key.strip(), value
+
+
+def _parse_gen_kwargs(text: str) -> dict[str, Any]:
+    """lm-eval's --gen_kwargs text: `key=value` pairs joined by commas, values read as Python literals."""
+    out: dict[str, Any] = {}
+    for pair in filter(None, text.split(",")):
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE[,KEY=VALUE...] (e.g. temperature=0.7,"
+                                             f"do_sample=True), got {text!r}")
+        try:
+            out[key.strip()] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE[,KEY=VALUE...], got {text!r}")
+    return out
 
 
 def _labels_of(pairs: Optional[Sequence[tuple[str, str]]]) -> Optional[dict[str, str]]:
@@ -178,6 +205,10 @@ class RunOptions:
         cli={"action": argparse.BooleanOptionalAction})
     system_instruction: Optional[str] = option(
         None, "lm-eval-format specs: a system message before the description", _system_instruction, metavar="TEXT")
+    gen_kwargs: Optional[Mapping[str, Any]] = option(
+        None, "lm_eval: specs' generation tasks: settings over the task's generation_kwargs, as lm-eval's "
+        "--gen_kwargs (e.g. temperature=0.7,do_sample=True,max_gen_toks=128)", _gen_kwargs,
+        parse=_parse_gen_kwargs, metavar="KEY=VALUE,...")
     think_tags: Union[bool, tuple[str, str], None] = option(
         False, "generation tasks: read answers without reasoning spans (default tags <think>,</think>); the "
         "records keep the whole text", _think_tags, parse=_parse_think_tags, metavar="OPEN,CLOSE",

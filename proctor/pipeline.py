@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from proctor.engine import Engine
 from proctor.errors import UserError
@@ -89,6 +89,7 @@ class PromptOptions:
     system_instruction: Optional[str] = None        # --system-instruction
     num_fewshot: Optional[int] = None               # --num-fewshot: every task's shots
     think_tags: Optional[tuple[str, str]] = None    # --think-tags: generation tasks only
+    gen_kwargs: Optional[Mapping[str, Any]] = None  # --gen-kwargs: lm_eval: specs' generation tasks
 
     def apply(self, task: Task) -> Task:
         """Return the task with these options in its config (a task of a chat variant keeps its own)."""
@@ -127,7 +128,7 @@ def prompt_layout(options: RunOptions) -> PromptOptions:
     assert think_tags is None or isinstance(think_tags, tuple)  # RunOptions' check made it a pair
     return PromptOptions(chat=chat, fewshot_as_multiturn=options.fewshot_as_multiturn,
                          system_instruction=options.system_instruction, num_fewshot=options.num_fewshot,
-                         think_tags=think_tags)
+                         think_tags=think_tags, gen_kwargs=options.gen_kwargs)
 
 
 def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],
@@ -135,9 +136,12 @@ def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],
     """Resolve specs and build every instance; all data errors surface here, before any model loads."""
     spec_plans: list[SpecPlan] = []
     runs: dict[str, TaskRun] = {}
+    if prompts.gen_kwargs is not None and not any(map(is_harness_spec, specs)):
+        raise UserError("--gen-kwargs sets lm-eval's generation_kwargs of lm_eval: specs, and the run names "
+                        "none; proctor's own specs keep their protocol's generation settings")
     for spec in specs:
         if is_harness_spec(spec):  # lm-eval builds its tasks (and reads their data) here
-            load_harness(spec, data_dir, prompts.num_fewshot)
+            load_harness(spec, data_dir, prompts.num_fewshot, prompts.gen_kwargs)
         tasks: list[Task] = [prompts.apply(t) for t in resolve(spec, num_shots=prompts.num_fewshot)]
         names = [t.config.name for t in tasks]
         spec_plans.append(SpecPlan(spec, names, is_suite=names != [spec]))

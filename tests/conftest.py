@@ -147,9 +147,11 @@ def pytest_runtest_makereport(item, call):
 @pytest.fixture(autouse=True)
 def fresh_task_registry(monkeypatch):
     """Every test adds its own tasks (--include, @task) to an empty set; the built-ins stay."""
+    from proctor.harness import library as harness_library
     from proctor.tasks import catalog, plugins, registry
 
     monkeypatch.setattr(catalog, "_added", {})
+    monkeypatch.setattr(harness_library, "_includes", [])
     monkeypatch.setattr(catalog, "_origin", {})
     monkeypatch.setattr(catalog, "_added_suites", {})
     monkeypatch.setattr(registry, "_entry_points", "done")

@@ -52,6 +52,23 @@ def test_the_bridge_asks_what_proctors_own_lm_eval_formats_ask(data_dir, native,
 
 
 @SLOW
+@SLOW
+@pytest.mark.parametrize("native, spec, shots", [
+    ("arc_challenge::leaderboard", "lm_eval:arc_challenge", 3),
+    ("gsm8k::lm_eval", "lm_eval:gsm8k", 2),
+    ("bbh_boolean_expressions:cot::lm_eval", "lm_eval:bbh_cot_fewshot_boolean_expressions", None),
+])
+@pytest.mark.parametrize("layout", [{"chat": True}, {"chat": True, "fewshot_as_multiturn": False},
+                                    {"chat": True, "system_instruction": "Be brief."},
+                                    {"system_instruction": "Be brief."}])
+def test_chat_prompts_and_system_instructions_ask_what_the_native_formats_ask(data_dir, native, spec, shots,
+                                                                                layout):
+    ours = plan([native], data_dir, 2, PromptOptions(num_fewshot=shots, **layout))
+    theirs = plan([spec], data_dir, 2, PromptOptions(num_fewshot=shots, **layout))
+    assert requests_of(theirs) == requests_of(ours)
+
+
+@SLOW
 def test_a_group_is_a_suite_of_its_members_and_a_bad_name_is_one_line(data_dir):
     evaluation = bridged("lm_eval:mmlu_humanities", data_dir, 1)
     assert len(evaluation.tasks) == 13 and all(n.startswith("lm_eval:mmlu_") for n in evaluation.tasks)
@@ -80,7 +97,12 @@ def test_a_dataset_that_cannot_be_found_offline_is_one_line(monkeypatch, capsys,
     assert err.count("\n") == 0 and "lm_eval:piqa: its dataset" in err and "HF datasets cache" in err
 
 
-def lm_eval_samples(backend, data_dir, task, limit, num_fewshot=None):
+#: proctor's option -> lm-eval's simple_evaluate keyword of the same meaning
+LM_EVAL_NAMES = {"chat_template": "apply_chat_template", "system_instruction": "system_instruction",
+                 "gen_kwargs": "gen_kwargs", "fewshot_as_multiturn": "fewshot_as_multiturn"}
+
+
+def lm_eval_samples(backend, data_dir, task, limit, num_fewshot=None, **options):
     """lm-eval's own run: simple_evaluate + HFLM over the backend's model, rows from data_dir."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -90,17 +112,23 @@ def lm_eval_samples(backend, data_dir, task, limit, num_fewshot=None):
     lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=8, max_length=2048)
     with local_datasets(data_dir):
         out = lm_eval.simple_evaluate(model=lm, tasks=[task], limit=limit, num_fewshot=num_fewshot,
-                                      log_samples=True, bootstrap_iters=0)
+                                      log_samples=True, bootstrap_iters=0,
+                                      **{LM_EVAL_NAMES[k]: v for k, v in options.items()})
     return out["samples"][task], out["results"][task]
 
 
 @SLOW
-@pytest.mark.parametrize("task, limit, shots", [("arc_easy", 10, None), ("mmlu_anatomy", 8, 5),
-                                                ("hellaswag", 5, None), ("gsm8k", 2, None)])
-def test_per_document_metrics_equal_lm_evals_own_run_on_smollm2(data_dir, smollm2_backend, task, limit, shots):
-    samples, results = lm_eval_samples(smollm2_backend, data_dir, task, limit, shots)
+@pytest.mark.parametrize("task, limit, shots, options", [
+    ("arc_easy", 10, None, {}), ("mmlu_anatomy", 8, 5, {}), ("hellaswag", 5, None, {}), ("gsm8k", 2, None, {}),
+    ("arc_easy", 4, None, {"chat_template": True}),
+    ("mmlu_anatomy", 3, 2, {"chat_template": True, "fewshot_as_multiturn": False, "system_instruction": "Be brief."}),
+    ("gsm8k", 2, 2, {"chat_template": True, "system_instruction": "Think.", "gen_kwargs": {"max_gen_toks": 48}}),
+])
+def test_per_document_metrics_equal_lm_evals_own_run_on_smollm2(data_dir, smollm2_backend, task, limit, shots,
+                                                                options):
+    samples, results = lm_eval_samples(smollm2_backend, data_dir, task, limit, shots, **options)
     result = proctor.evaluate(smollm2_backend, tasks=[f"lm_eval:{task}"], limit=limit, num_fewshot=shots,
-                              data_dir=data_dir)
+                              data_dir=data_dir, **options)
     record = result.tasks[f"lm_eval:{task}"]
     by_filter = {}
     for s in samples:
@@ -179,3 +207,68 @@ def test_a_bridged_mmlu_run_killed_midway_resumes_to_byte_identical_files(data_d
     resumed_files, fresh_files = outputs(out), outputs(fresh_out)
     assert len([n for n in fresh_files if n.endswith("predictions.jsonl")]) == 19
     assert resumed_files == fresh_files
+
+
+def own_task_dir(root):
+    """A task of one's own in lm-eval's format: a shipped task `include:`d, a `!function` from a local utils.py."""
+    import lm_eval
+
+    arc_easy = f"{lm_eval.__path__[0]}/tasks/arc/arc_easy.yaml"
+    root.mkdir()
+    (root / "my_arc.yaml").write_text(f"include: {arc_easy}\ntask: my_arc\ntag: []\n"
+                                      "doc_to_text: !function utils.question_first\n")
+    (root / "utils.py").write_text("def question_first(doc):\n"
+                                   "    return 'Question: ' + doc['question'].strip() + '\\nMy answer:'\n")
+    return root
+
+
+@SLOW
+def test_a_task_of_ones_own_in_lm_evals_yaml_format_runs_via_include(tmp_path, data_dir, capsys):
+    from tinylm import build_tiny_model
+
+    tasks = own_task_dir(tmp_path / "my_tasks")
+    out = tmp_path / "run"
+    assert main(["run", "--model", str(build_tiny_model(tmp_path / "tiny")), "--include", str(tasks),
+                 "--tasks", "lm_eval:my_arc", "--limit", "3", "--data-dir", str(data_dir), "--output", str(out),
+                 "--save-requests", "--no-progress"]) == 0
+    assert f"--include {tasks}: read 1 lm-eval YAML task(s) (lm_eval:my_arc)" in capsys.readouterr().err
+    run = proctor.read_run(out)
+    record = run.tasks["lm_eval:my_arc"]
+    assert [r.query_id for r in record.records] == [f"lm_eval:my_arc#{i}" for i in range(3)]
+    assert record.harness["task"] == "my_arc" and "question_first" in record.harness["config"]["doc_to_text"]
+    rows = [json.loads(line) for line in (out / "lm_eval-my_arc" / "requests.jsonl").read_text().splitlines()]
+    contexts = [r["request"]["context"] for r in rows]
+    assert len(contexts) >= 9 and all(c.startswith("Question: ") and c.endswith("\nMy answer:") for c in contexts)
+
+
+@SLOW
+@pytest.mark.parametrize("yaml_text, message", [
+    ("task: my_bad\ndataset_path: allenai/ai2_arc\ndataset_name: ARC-Easy\ntest_split: test\n"
+     "doc_to_txt: '{{question}}'\ndoc_to_target: answerKey\n",
+     r"lm_eval:my_bad \(.*my_bad\.yaml\): lm-eval could not build the task: TypeError: .*'doc_to_txt'"),
+    ("include: no_such_base.yaml\ntask: my_bad\n",
+     r"my_bad\.yaml: lm-eval cannot read this task file: FileNotFoundError: .*no_such_base\.yaml"),
+    ("task: my_bad\ndoc_to_text: !function helpers.nothing_here\n",
+     r"my_bad\.yaml: lm-eval cannot read this task file: ImportError: Cannot import module 'helpers'"),
+])
+def test_a_broken_lm_eval_task_file_is_one_line(tmp_path, data_dir, capsys, yaml_text, message):
+    import re
+
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "my_bad.yaml").write_text(yaml_text)
+    assert main(["run", "--model", "smollm2-135m", "--include", str(tmp_path / "tasks"), "--tasks",
+                 "lm_eval:my_bad", "--data-dir", str(data_dir), "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert re.search(message, err[-1]) and not err[-1].startswith("Traceback"), err
+    assert not (tmp_path / "out").exists()
+
+
+@SLOW
+def test_gen_kwargs_update_the_tasks_generation_kwargs_and_need_an_lm_eval_spec(data_dir):
+    evaluation = plan(["lm_eval:gsm8k"], data_dir, 1, PromptOptions(gen_kwargs={"max_gen_toks": 7, "until": ["Q:"]}))
+    (request,) = evaluation.tasks["lm_eval:gsm8k"].instances[0].requests
+    assert request.max_gen_toks == 7 and request.stop == ("Q:",)
+    with pytest.raises(UserError, match="generation_kwargs num_beams have no proctor equivalent"):
+        plan(["lm_eval:gsm8k"], data_dir, 1, PromptOptions(gen_kwargs={"num_beams": 4}))
+    with pytest.raises(UserError, match="--gen-kwargs sets lm-eval's generation_kwargs of lm_eval: specs"):
+        plan(["gsm8k::lm_eval"], data_dir, 1, PromptOptions(gen_kwargs={"max_gen_toks": 7}))

@@ -21,6 +21,8 @@ ORIGIN = "lm-evaluation-harness"
 
 #: proctor task name -> the lm-eval task object built for this process's run
 _built: dict[str, Any] = {}
+#: directories of lm-eval YAML task files `--include`d in this process, in order
+_includes: list[str] = []
 
 
 def lm_eval_version() -> str:
@@ -47,6 +49,17 @@ def built_task(name: str) -> Any:
     except KeyError:
         raise UserError(f"{name}: lm-eval's task is not loaded in this process; name it in the run's "
                         "tasks") from None
+
+
+def add_include(directory: str) -> None:
+    """Search a directory of lm-eval YAML task files too (lm-eval's --include_path) when specs resolve."""
+    if directory not in _includes:
+        _includes.append(directory)
+
+
+def include_paths() -> tuple[str, ...]:
+    """Return the directories of lm-eval YAML task files included so far."""
+    return tuple(_includes)
 
 
 def eval_split(task: Any) -> str:

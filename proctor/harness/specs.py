@@ -15,10 +15,18 @@ import logging
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from proctor.errors import UserError
-from proctor.harness.library import FEWSHOT_SEED, ORIGIN, PREFIX, lm_eval_version, register_built, task_config
+from proctor.harness.library import (
+    FEWSHOT_SEED,
+    ORIGIN,
+    PREFIX,
+    include_paths,
+    lm_eval_version,
+    register_built,
+    task_config,
+)
 from proctor.harness.offline import first_line, local_datasets, missing_splits
 from proctor.harness.task import HarnessTask
 from proctor.tasks import catalog
@@ -68,10 +76,14 @@ def _effective_shots(task: Any, num_fewshot: Optional[int]) -> int:
 
 
 def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
-         include: tuple[str, ...] = ()) -> None:
-    """Build the lm-eval tasks a spec names and register them (leaves as tasks, groups and tags as suites)."""
+         gen_kwargs: Optional[Mapping[str, Any]] = None) -> None:
+    """Build the lm-eval tasks a spec names and register them (leaves as tasks, groups and tags as suites).
+
+    `gen_kwargs` update every generation task's generation_kwargs, as simple_evaluate's do.
+    Directories of lm-eval YAML files `--include`d (`include_paths`) are searched too.
+    """
     name = spec.strip()[len(PREFIX):]
-    manager = task_manager(include)
+    manager = task_manager(include_paths())
     if name not in manager.task_index:
         raise _unknown(name, manager)
     try:
@@ -80,8 +92,13 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     except UserError:
         raise
     except Exception as e:  # a bad field in a YAML file, a !function that fails, ...
-        raise UserError(f"{spec}: lm-eval could not build the task: {type(e).__name__}: {first_line(e)}") from None
+        entry = manager.task_index[name]
+        where = f" ({entry.yaml_path})" if getattr(entry, "yaml_path", None) else ""
+        raise UserError(f"{spec}{where}: lm-eval could not build the task: {type(e).__name__}: "
+                        f"{first_line(e)}") from None
     for task_name, task in loaded["tasks"].items():
+        if gen_kwargs is not None and task.get_config("output_type") == "generate_until":
+            task.set_config(key="generation_kwargs", value=dict(gen_kwargs), update=True)
         shots = _effective_shots(task, num_fewshot)
         task.set_config(key="num_fewshot", value=shots)
         task.set_fewshot_seed(seed=FEWSHOT_SEED)

@@ -10,6 +10,10 @@ with lm-eval's tokenization policy:
   `until` the stop strings, `max_gen_toks` (default 256), greedy unless `do_sample` (or a
   temperature above 0) asks for sampling, `Instance.repeats` samples.
 
+With `--chat-template`, lm-eval lays the prompt out as messages (`apply_chat_template`,
+`fewshot_as_multiturn`, `system_instruction`) and proctor keeps them as a `Chat` the engine
+renders with the run's template (`chat_marker`, `context_of`).
+
 Scoring is lm-eval's: the responses go back into the instances (`resps`), the task's
 filters run (`apply_filters`), `process_results` scores each document under each filter,
 and lm-eval's own aggregation and standard errors give the task's metrics.
@@ -17,6 +21,7 @@ and lm-eval's own aggregation and standard errors give the task's metrics.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,10 +41,13 @@ from proctor.harness.library import (
 from proctor.metrics.aggregate import CorpusStat, MeanStat, Stat
 from proctor.outputs.records import JSON, HarnessRecord, QueryMetadata
 from proctor.requests import (
+    Chat,
+    Context,
     Generate,
     GenerateResult,
     Loglikelihood,
     LoglikelihoodResult,
+    Message,
     Request,
     RollingLoglikelihood,
 )
@@ -47,6 +55,8 @@ from proctor.tasks.base import Scored, Task, about, check_limit, sidecar_row
 
 #: HFLM's default max_gen_toks (lm_eval/models/huggingface.py)
 MAX_GEN_TOKS = 256
+#: what a chat prompt's text starts with while lm-eval builds it (`chat_marker`)
+CHAT_MARK = "\x00proctor-chat\x00"
 #: the generation kwargs a proctor Generate request expresses
 GEN_KWARGS = ("until", "max_gen_toks", "do_sample", "temperature", "top_p")
 
@@ -71,7 +81,7 @@ class HarnessInstance:
         return ()
 
 
-def generate_request(context: str, gen_kwargs: Mapping[str, Any], repeats: int, where: str) -> Generate:
+def generate_request(context: Context, gen_kwargs: Mapping[str, Any], repeats: int, where: str) -> Generate:
     """Return the Generate request HFLM's `generate_until` runs for these generation kwargs."""
     unknown = sorted(set(gen_kwargs) - set(GEN_KWARGS))
     if unknown:
@@ -90,15 +100,41 @@ def generate_request(context: str, gen_kwargs: Mapping[str, Any], repeats: int, 
                     top_p=float(gen_kwargs.get("top_p", 1.0)), repeats=repeats, policy="lm_eval")
 
 
+def chat_marker(messages: Sequence[Mapping[str, str]], add_generation_prompt: bool = True) -> str:
+    """Stand in for a model's `apply_chat_template` while lm-eval builds chat prompts.
+
+    lm-eval renders a chat prompt to text with the model's template before the model is
+    involved; proctor keeps it as a `Chat` that the engine renders with the run's template,
+    so the messages travel through lm-eval as this text and `context_of` reads them back.
+    """
+    return CHAT_MARK + json.dumps({"messages": list(messages), "continue_final": not add_generation_prompt})
+
+
+def context_of(text: str, where: str) -> Context:
+    """Return a prompt lm-eval built: its text, or the `Chat` that `chat_marker` stood in for."""
+    if CHAT_MARK not in text:
+        return text
+    if not text.startswith(CHAT_MARK):
+        raise UserError(f"{where}: the task adds text before its chat-templated prompt, which proctor "
+                        "cannot lay out as chat messages; run it without --chat-template")
+    try:
+        layout = json.loads(text[len(CHAT_MARK):])
+        return Chat(tuple(Message(m["role"], m["content"]) for m in layout["messages"]),
+                    continue_final=bool(layout["continue_final"]))
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{where}: the task adds text after its chat-templated prompt, which proctor "
+                        "cannot lay out as chat messages; run it without --chat-template") from None
+
+
 def as_request(instance: Any, where: str) -> Request:
     """Return the proctor request of one lm-eval Instance."""
     kind, args = instance.request_type, instance.arguments
     if kind == "loglikelihood":
-        return Loglikelihood(args[0], args[1], policy="lm_eval")
+        return Loglikelihood(context_of(args[0], where), args[1], policy="lm_eval")
     if kind == "loglikelihood_rolling":
         return RollingLoglikelihood(args[0])
     if kind == "generate_until":
-        return generate_request(args[0], args[1], instance.repeats, where)
+        return generate_request(context_of(args[0], where), args[1], instance.repeats, where)
     raise UserError(f"{where}: lm-eval request type {kind!r} is not one proctor computes "
                     "(loglikelihood, loglikelihood_rolling, generate_until)")
 
@@ -139,6 +175,8 @@ class HarnessTask(Task):
     """A leaf lm-eval task, built and registered by `proctor.harness.specs.load`."""
 
     kind = "harness"
+    supports_chat = True                 # lm-eval's apply_chat_template, fewshot_as_multiturn
+    supports_system_instruction = True   # lm-eval's system_instruction
     applies_num_fewshot = False  # lm-eval's own rule applied it when the task was built
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
@@ -153,13 +191,14 @@ class HarnessTask(Task):
             return self._instances(limit)
 
     def _instances(self, limit: Optional[int]) -> list[HarnessInstance]:
-        name = self.config.name
-        if self.config.chat is not None or self.config.system_instruction is not None:
-            raise UserError("--chat-template and --system-instruction are not yet applied to lm_eval: specs; "
-                            "run lm-eval's task without them, or its proctor spec (`proctor tasks`)")
+        name, chat = self.config.name, self.config.chat
         task = built_task(name)
         with _no_progress_bars():
-            task.build_all_requests(limit=limit, rank=0, world_size=1)
+            task.build_all_requests(limit=limit, rank=0, world_size=1,
+                                    system_instruction=self.config.system_instruction,
+                                    apply_chat_template=chat is not None,
+                                    fewshot_as_multiturn=chat is not None and chat.fewshot_as_multiturn,
+                                    chat_template=chat_marker if chat is not None else None)
         by_doc: dict[int, list] = defaultdict(list)
         for inst in task.instances:
             by_doc[inst.doc_id].append(inst)

@@ -99,22 +99,32 @@ def task(spec: str, *, benchmark: Optional[str] = None, dataset_path: Optional[s
 def include(paths: Sequence[Union[str, Path]]) -> list[str]:
     """Add the tasks of task files, Python files and directories; return the spec names they define.
 
-    The names come in order; including a path again is fine and returns its names again.
+    A directory's lm-eval YAML task files (anywhere under it) are read as lm-eval's
+    `--include_path`: their tasks become `lm_eval:<name>` specs. The names come in order;
+    including a path again is fine and returns its names again.
     """
+    from proctor.harness.yaml_files import include_lm_eval, is_lm_eval_file, lm_eval_files
+
     names: list[str] = []
     for given in paths:
         path = Path(given).expanduser()
+        harness: list[Path] = []
         if path.is_dir():
-            files = sorted(p for p in path.iterdir()
-                           if p.suffix in INCLUDABLE and p.is_file() and not p.name.startswith((".", "_")))
-            if not files:
-                raise UserError(f"--include {given}: the directory holds no {', '.join(INCLUDABLE)} files")
+            harness = lm_eval_files(path)
+            files = sorted(p for p in path.iterdir() if p.suffix in INCLUDABLE and p.is_file()
+                           and not p.name.startswith((".", "_")) and p not in harness)
+            if not files and not harness:
+                raise UserError(f"--include {given}: the directory holds no {', '.join(INCLUDABLE)} files "
+                                "(proctor task files, task modules or lm-eval YAML task files)")
         elif path.is_file():
             if path.suffix not in INCLUDABLE:
                 raise UserError(f"--include {given}: not a task file ({', '.join(INCLUDABLE)}) or a directory")
-            files = [path]
+            files, harness = ([], [path]) if is_lm_eval_file(path) else ([path], [])
         else:
             raise UserError(f"--include {given}: no such file or directory")
+        if harness:  # lm-eval searches the directory, as its --include_path
+            names.extend(n for n in include_lm_eval(path if path.is_dir() else path.parent, harness)
+                         if n not in names)
         for file in files:
             names.extend(n for n in (_include_module(file) if file.suffix == ".py" else _include_task_file(file))
                          if n not in names)
