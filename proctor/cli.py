@@ -112,7 +112,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _include(args)  # to say which format each path was read as (evaluate includes them again: no-op)
     result = evaluate(**{**keywords, "output": output, "command": ["proctor", *map(redact_url, sys.argv[1:])]})
     if is_main:
-        _print_alias_notes(keywords["tasks"], args.num_fewshot)
+        _print_lm_eval_names(keywords["tasks"], list(result.primary_scores))
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         print_results(result.primary_scores, list(result.tasks.values()))
@@ -120,14 +120,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_alias_notes(specs: Sequence[str], num_fewshot: Optional[int]) -> None:
-    """Say what each lm-eval task name given stands for."""
-    from proctor.tasks.registry import alias_note
+def _print_lm_eval_names(specs: Sequence[str], reported: Sequence[str]) -> None:
+    """Say which bare names ran as lm-eval's own tasks, and the name their results are under."""
+    from proctor.harness.library import PREFIX
 
     for spec in specs:
-        note = alias_note(spec, num_fewshot)
-        if note:
-            print(f"proctor: {note}", file=sys.stderr)
+        if spec not in reported and PREFIX + spec in reported:
+            print(f"proctor: {spec} is lm-eval's task: its results are under {PREFIX}{spec} "
+                  "(lm-eval's prompts and shots)", file=sys.stderr)
 
 
 def _include(args: argparse.Namespace) -> None:

@@ -123,7 +123,7 @@ def _suite_rows(run_a: RunRecord, run_b: RunRecord, joined: dict[str, _Paired],
     rows = []
     for spec, score in run_a.primary_scores.items():
         s = suite(spec) if score.is_suite and spec in run_b.primary_scores else None
-        if s is None or s.primary not in ("macro", "micro"):
+        if s is None or s.primary not in ("macro", "micro", "size_weighted"):  # size_weighted: micro
             continue  # a task, or a suite headlined otherwise (best of MC/RC, RRGS, none)
         leaves = leaf_specs(spec)
         if not all(leaf in joined for leaf in leaves):

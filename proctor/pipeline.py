@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from proctor.engine import Engine
 from proctor.errors import UserError
-from proctor.harness.specs import is_harness_spec, load as load_harness
+from proctor.harness.specs import bare_lm_eval_name, is_harness_spec, load as load_harness
 from proctor.metrics import Stat
 from proctor.metrics.clusters import per_sample, task_error
 from proctor.options import RunOptions
@@ -24,7 +24,7 @@ from proctor.outputs.records import MetricSummary, SpecScore, TaskRecord, finite
 from proctor.requests import Request, is_chat, policy_of
 from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.base import Task, TaskConfig, Work
-from proctor.tasks.registry import alias_of, resolve
+from proctor.tasks.registry import is_known, resolve
 
 
 @dataclass
@@ -139,7 +139,8 @@ def plan(specs: Sequence[str], data_dir: Optional[Path], limit: Optional[int],
     if prompts.gen_kwargs is not None and not any(map(is_harness_spec, specs)):
         raise UserError("--gen-kwargs sets lm-eval's generation_kwargs of lm_eval: specs, and the run names "
                         "none; proctor's own specs keep their protocol's generation settings")
-    for spec in specs:
+    for given in specs:
+        spec = given if is_harness_spec(given) or is_known(given) else bare_lm_eval_name(given)
         if is_harness_spec(spec):  # lm-eval builds its tasks (and reads their data) here
             load_harness(spec, data_dir, prompts.num_fewshot, prompts.gen_kwargs)
         tasks: list[Task] = [prompts.apply(t) for t in resolve(spec, num_shots=prompts.num_fewshot)]
@@ -237,13 +238,7 @@ def primary_scores(evaluation: Plan, scored: ScoredPlan) -> dict[str, SpecScore]
     its other aggregations and members beside it.
     """
     results = {name: TaskResult.of(run.config, scored.primary[name]) for name, run in evaluation.tasks.items()}
-    return {sp.spec: SpecScore.from_dict(spec_entry(scored_as(sp.spec), results)) for sp in evaluation.specs}
-
-
-def scored_as(spec: str) -> str:
-    """Return the spec whose entry a requested spec reports: an lm-eval task name its proctor spec's."""
-    alias = alias_of(spec)
-    return spec if alias is None else alias.spec
+    return {sp.spec: SpecScore.from_dict(spec_entry(sp.spec, results)) for sp in evaluation.specs}
 
 
 def conflicting_settings(spec: str, config: TaskConfig, earlier_spec: str, earlier: TaskConfig) -> UserError:

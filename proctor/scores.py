@@ -65,6 +65,20 @@ def best_of_mc_rc(members: Mapping[str, dict]) -> tuple[Optional[float], Optiona
     return (None, None) if best is None else (best["score"], best["stderr"])
 
 
+def size_weighted(members: Mapping[str, dict]) -> tuple[float, float]:
+    """Return lm-eval's size-weighted group score and its pooled standard error.
+
+    As lm-eval's `aggregate_subtask_metrics(weight_by_size=True)` and `pooled_sample_stderr`
+    (lm_eval/api/metrics.py): the members' within-member variances pooled, the spread between
+    the members' means left out.
+    """
+    sizes = [m["num_instances"] for m in members.values()]
+    total = sum(sizes)
+    score = math.fsum(m["score"] * n for m, n in zip(members.values(), sizes)) / total
+    pooled_var = math.fsum((n - 1) * m["stderr"] ** 2 * n for m, n in zip(members.values(), sizes)) / (total - len(sizes))
+    return score, math.sqrt(pooled_var / total)
+
+
 def suite_entry(s: Suite, results: Mapping[str, TaskResult]) -> dict:
     """Return a suite's aggregations, headline score and members (each scored as the suite says)."""
     leaves = [results[name] for name in leaf_specs(s.name)]
@@ -89,6 +103,8 @@ def suite_entry(s: Suite, results: Mapping[str, TaskResult]) -> dict:
         out["member_mean"] = math.fsum(scores) / len(scores)
         # members are scored on different documents: independent errors
         out["member_mean_stderr"] = math.sqrt(math.fsum(m["stderr"] ** 2 for m in members.values())) / len(scores)
+    if "size_weighted" in s.aggregations:
+        out["size_weighted"], out["size_weighted_stderr"] = size_weighted(members)
     if "mc_or_rc" in s.aggregations:
         out["mc_or_rc"], out["mc_or_rc_stderr"] = best_of_mc_rc(members)
     if "rrgs" in s.aggregations:

@@ -38,7 +38,6 @@ def requests_of(evaluation):
 @pytest.mark.parametrize("native, spec, shots, limit", [
     ("arc_challenge::leaderboard", "lm_eval:arc_challenge", 25, 4),
     ("mmlu_anatomy::leaderboard", "lm_eval:mmlu_anatomy", 5, 6),
-    ("gsm8k::lm_eval", "lm_eval:gsm8k", None, 3),
     ("truthfulqa_mc1::leaderboard", "lm_eval:truthfulqa_mc1", None, 4),
     ("truthfulqa_mc2::leaderboard", "lm_eval:truthfulqa_mc2", None, 4),
     ("bbh_boolean_expressions:cot::lm_eval", "lm_eval:bbh_cot_fewshot_boolean_expressions", None, 3),
@@ -55,7 +54,7 @@ def test_the_bridge_asks_what_proctors_own_lm_eval_formats_ask(data_dir, native,
 @SLOW
 @pytest.mark.parametrize("native, spec, shots", [
     ("arc_challenge::leaderboard", "lm_eval:arc_challenge", 3),
-    ("gsm8k::lm_eval", "lm_eval:gsm8k", 2),
+    ("mmlu_anatomy::leaderboard", "lm_eval:mmlu_anatomy", 2),
     ("bbh_boolean_expressions:cot::lm_eval", "lm_eval:bbh_cot_fewshot_boolean_expressions", None),
 ])
 @pytest.mark.parametrize("layout", [{"chat": True}, {"chat": True, "fewshot_as_multiturn": False},
@@ -74,7 +73,7 @@ def test_a_group_is_a_suite_of_its_members_and_a_bad_name_is_one_line(data_dir):
     assert len(evaluation.tasks) == 13 and all(n.startswith("lm_eval:mmlu_") for n in evaluation.tasks)
     from proctor.tasks.registry import suite
     s = suite("lm_eval:mmlu_humanities")
-    assert s.primary == "micro" and len(s.members) == 13
+    assert s.primary == "size_weighted" and len(s.members) == 13
     with pytest.raises(UserError, match=r"unknown lm-eval task.*'arc_esay'.*did you mean lm_eval:arc_easy"):
         bridged("lm_eval:arc_esay", data_dir, 1)
 
@@ -271,4 +270,56 @@ def test_gen_kwargs_update_the_tasks_generation_kwargs_and_need_an_lm_eval_spec(
     with pytest.raises(UserError, match="generation_kwargs num_beams have no proctor equivalent"):
         plan(["lm_eval:gsm8k"], data_dir, 1, PromptOptions(gen_kwargs={"num_beams": 4}))
     with pytest.raises(UserError, match="--gen-kwargs sets lm-eval's generation_kwargs of lm_eval: specs"):
-        plan(["gsm8k::lm_eval"], data_dir, 1, PromptOptions(gen_kwargs={"max_gen_toks": 7}))
+        plan(["gsm8k::olmes"], data_dir, 1, PromptOptions(gen_kwargs={"max_gen_toks": 7}))
+
+
+@SLOW
+def test_a_bare_lm_eval_name_runs_lm_evals_own_task_under_a_name_of_its_own(tmp_path, data_dir, capsys):
+    from tinylm import build_tiny_model
+
+    evaluation = plan(["hellaswag", "mmlu_anatomy"], data_dir, 2)
+    assert [sp.spec for sp in evaluation.specs] == ["lm_eval:hellaswag", "lm_eval:mmlu_anatomy"]
+    assert evaluation.tasks["lm_eval:hellaswag"].config.num_shots == 0  # lm-eval's own default
+    out = tmp_path / "run"
+    assert main(["run", "--model", str(build_tiny_model(tmp_path / "tiny")), "--tasks", "arc_challenge",
+                 "arc_challenge::leaderboard", "--num-fewshot", "1", "--limit", "2", "--data-dir", str(data_dir),
+                 "--output", str(out), "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "arc_challenge is lm-eval's task: its results are under lm_eval:arc_challenge" in captured.err
+    assert "Map:" not in captured.err  # the datasets.map progress bars of lm-eval's tasks
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert list(metrics["primary_scores"]) == ["lm_eval:arc_challenge", "arc_challenge::leaderboard"]
+    run = proctor.read_run(out)
+    assert [r.query_id for r in run.tasks["lm_eval:arc_challenge"].records] == ["lm_eval:arc_challenge#0",
+                                                                                "lm_eval:arc_challenge#1"]
+    assert (out / "lm_eval-arc_challenge").is_dir() and (out / "arc_challenge-leaderboard").is_dir()
+    with pytest.raises(UserError, match=r"unknown task spec 'hellaswg'; did you mean"):
+        plan(["hellaswg"], data_dir, 1)
+
+
+def test_without_lm_eval_a_bare_name_proctor_does_not_know_names_the_install(monkeypatch, data_dir):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)
+    with pytest.raises(UserError, match=r"unknown task spec 'hellaswag'; did you mean 'hellaswag::leaderboard'.*"
+                                        r"pip install 'proctor\[lm-eval\]'"):
+        plan(["hellaswag"], data_dir, 1)
+    assert list(plan(["arc_challenge::leaderboard"], data_dir, 1).tasks) == ["arc_challenge::leaderboard"]
+
+
+@SLOW
+def test_a_groups_score_and_stderr_are_lm_evals(data_dir, smollm2_backend):
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    from proctor.harness.offline import local_datasets
+
+    lm = HFLM(pretrained=smollm2_backend.model, tokenizer=smollm2_backend.tokenizer, batch_size=8, max_length=2048)
+    with local_datasets(data_dir):
+        theirs = lm_eval.simple_evaluate(model=lm, tasks=["mmlu_humanities"], limit=2)["results"]
+    ours = proctor.evaluate(smollm2_backend, tasks=["lm_eval:mmlu_humanities"], limit=2, data_dir=data_dir)
+    group = ours.primary_scores["lm_eval:mmlu_humanities"]
+    assert group.aggregation == "size_weighted" and group.num_instances == 26
+    assert group.score == pytest.approx(theirs["mmlu_humanities"]["acc,none"], abs=1e-12)
+    assert group.stderr == pytest.approx(theirs["mmlu_humanities"]["acc_stderr,none"], abs=1e-12)
+    for name in ("mmlu_philosophy", "mmlu_world_religions"):  # a member's stderr: lm-eval's mean_stderr
+        assert ours.tasks[f"lm_eval:{name}"].metrics["acc"].stderr == pytest.approx(
+            theirs[name]["acc_stderr,none"], abs=1e-12)

@@ -42,10 +42,9 @@ def test_all_specs():
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
         "lm_eval.arc": 1, "lm_eval.hellaswag": 1, "lm_eval.mmlu": 57,
         "lm_eval.truthfulqa": 2, "lm_eval.bigbench": 9,              # lm-eval formats
-        "lm_eval.gsm8k": 1,
         "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
-    assert len(specs) == sum(counts.values()) == 358
+    assert len(specs) == sum(counts.values()) == 357
 
 
 def test_every_suite_member_resolves():
@@ -71,7 +70,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 27 + ["task"] * 358
+    assert [r.kind for r in rows] == ["suite"] * 27 + ["task"] * 357
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import logging
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from proctor.errors import UserError
 from proctor.tasks.config import TaskConfig
@@ -35,6 +37,27 @@ def lm_eval_version() -> str:
         raise UserError(f"lm_eval: specs run lm-evaluation-harness's own tasks, and lm-eval is not "
                         f"installed; install it: {INSTALL}") from None
     return version("lm_eval")
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Keep lm-eval's chatter off the terminal while its tasks are built and read.
+
+    That is its per-task INFO and WARNING lines (defaults it fills in) and the progress bars of
+    the `datasets.map` calls its tasks make over their rows.
+    """
+    import datasets
+
+    logger = logging.getLogger("lm_eval")
+    level, bars = logger.level, not datasets.is_progress_bar_enabled()
+    logger.setLevel(logging.ERROR)
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if not bars:
+            datasets.enable_progress_bars()
 
 
 def register_built(name: str, task: Any) -> None:

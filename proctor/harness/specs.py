@@ -11,25 +11,26 @@ of a run treats them as any other spec.
 from __future__ import annotations
 
 import difflib
-import logging
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from proctor.errors import UserError
 from proctor.harness.library import (
     FEWSHOT_SEED,
+    INSTALL,
     ORIGIN,
     PREFIX,
     include_paths,
     lm_eval_version,
+    quiet,
     register_built,
     task_config,
 )
 from proctor.harness.offline import first_line, local_datasets, missing_splits
 from proctor.harness.task import HarnessTask
 from proctor.tasks import catalog
+from proctor.tasks.registry import unknown_spec
 from proctor.tasks.suite import Suite
 
 
@@ -38,16 +39,25 @@ def is_harness_spec(spec: str) -> bool:
     return isinstance(spec, str) and spec.strip().startswith(PREFIX)
 
 
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Keep lm-eval's per-task INFO and WARNING lines (defaults it fills in) off the terminal."""
-    logger = logging.getLogger("lm_eval")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+def bare_lm_eval_name(spec: str) -> str:
+    """Return `lm_eval:<name>` for a bare name that is lm-eval's task, group or tag, else the spec unchanged.
+
+    `hellaswag` means lm-eval's task `hellaswag` (its shots, its prompt), recorded as
+    `lm_eval:hellaswag`: proctor's own formats have names of their own (`hellaswag::leaderboard`).
+    Asked only of names proctor does not know. Without lm-eval, the spec stays as it is and is
+    refused as unknown, with the install command.
+    """
+    name = spec.strip()
+    if not name or ":" in name:  # lm-eval's names have no colon; proctor's specs do
+        return spec
     try:
-        yield
-    finally:
-        logger.setLevel(level)
+        lm_eval_version()
+    except UserError:  # lm-eval is not installed
+        raise UserError(f"{unknown_spec(name)}; an lm-eval task name runs as lm-eval's own task once lm-eval "
+                        f"is installed: {INSTALL}") from None
+    if name not in task_manager(include_paths()).task_index:
+        return spec
+    return PREFIX + name
 
 
 @lru_cache(maxsize=8)
@@ -56,7 +66,7 @@ def task_manager(include: tuple[str, ...] = ()) -> Any:
     lm_eval_version()
     from lm_eval.tasks import TaskManager
 
-    with _quiet():
+    with quiet():
         return TaskManager(include_path=list(include) or None)
 
 
@@ -87,7 +97,7 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     if name not in manager.task_index:
         raise _unknown(name, manager)
     try:
-        with _quiet(), local_datasets(data_dir):
+        with quiet(), local_datasets(data_dir):
             loaded = manager.load([name])
     except UserError:
         raise
@@ -128,13 +138,14 @@ def _check_fewshot_data(task: Any, shots: int, data_dir: Optional[Path]) -> None
 def group_suite(group: Any) -> Suite:
     """Return an lm-eval group as a suite: its direct members and its aggregation of their primary metric.
 
-    `weight_by_size` is the mean over all documents (micro); otherwise lm-eval averages the
-    members' scores (member_mean). A group without `aggregate_metric_list` reports no score of
-    its own, as in lm-eval.
+    `weight_by_size` weights the members' scores by their document counts (size_weighted, the
+    mean over all documents, with lm-eval's pooled standard error); otherwise lm-eval averages
+    the members' scores (member_mean). A group without `aggregate_metric_list` reports no score
+    of its own, as in lm-eval.
     """
     members = tuple(PREFIX + c for c in group.child_names)
     aggregations = group.aggregate_metric_list or []
     if not aggregations:
         return Suite(PREFIX + group.name, members, aggregations=(), primary=None)
-    primary = "micro" if aggregations[0].weight_by_size else "member_mean"
+    primary = "size_weighted" if aggregations[0].weight_by_size else "member_mean"
     return Suite(PREFIX + group.name, members, aggregations=(primary,), primary=primary)

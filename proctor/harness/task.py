@@ -36,6 +36,7 @@ from proctor.harness.library import (
     eval_split,
     lm_eval_version,
     metric_key,
+    quiet,
     resolved_config,
 )
 from proctor.metrics.aggregate import CorpusStat, MeanStat, Stat
@@ -182,7 +183,8 @@ class HarnessTask(Task):
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
         """Return lm-eval's evaluation documents, in order (native_id: the position)."""
         task = built_task(self.config.name)
-        return self.as_docs(list(task.eval_docs), str(eval_split(task)))
+        with quiet():  # a task's process_docs (datasets.map) runs here
+            return self.as_docs(list(task.eval_docs), str(eval_split(task)))
 
     def instances(self, data_dir: Optional[Path], limit: Optional[int] = None) -> list[HarnessInstance]:
         """Build the requests of the first `limit` documents with the task's own `build_all_requests`."""
@@ -193,7 +195,7 @@ class HarnessTask(Task):
     def _instances(self, limit: Optional[int]) -> list[HarnessInstance]:
         name, chat = self.config.name, self.config.chat
         task = built_task(name)
-        with _no_progress_bars():
+        with quiet(), _no_progress_bars():
             task.build_all_requests(limit=limit, rank=0, world_size=1,
                                     system_instruction=self.config.system_instruction,
                                     apply_chat_template=chat is not None,

@@ -472,7 +472,7 @@ class TaskRecord:
 
 # ---- headline scores (metrics.json `primary_scores`) -------------------------------------
 
-SUITE_AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs")
+SUITE_AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs", "size_weighted")
 
 
 @dataclass(frozen=True)

@@ -68,10 +68,10 @@ def _headline_rows(spec: str, s: Mapping) -> list[tuple[str, ...]]:
     primary = s.get("aggregation")
     rows: list[tuple[str, ...]] = [(spec, _metric(s) if primary else "each member's", _fmt(s["score"]), _fmt(s["stderr"]),
              str(s["num_instances"]))]
-    for agg in ("macro", "micro", "member_mean", "rrgs"):
+    for agg in ("macro", "micro", "member_mean", "rrgs", "size_weighted"):
         if agg in s and agg != primary:
             rows.append((f"  {agg}", "", _fmt(s[agg]), _fmt(s.get(f"{agg}_stderr")), ""))
-    if primary not in ("macro", "micro"):
+    if primary not in ("macro", "micro", "size_weighted"):
         for name, m in s["members"].items():
             rows.append((f"  {name}", _metric(m), _fmt(m["score"]), _fmt(m["stderr"]), str(m["num_instances"])))
     return rows

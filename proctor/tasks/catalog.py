@@ -19,7 +19,6 @@ from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.lm_eval import (
     arc as lb_arc,
     bigbench as lb_bigbench,
-    gsm8k as lb_gsm8k,
     hellaswag as lb_hellaswag,
     mmlu as lb_mmlu,
     truthfulqa as lb_truthfulqa,
@@ -27,7 +26,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,
-            lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, lb_gsm8k, humaneval, perplexity)
+            lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
 _origin: dict[str, str] = {}     # added spec -> the file (or module) that defined it

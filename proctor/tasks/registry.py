@@ -1,4 +1,4 @@
-"""Spec registry: resolution of specs, suites and lm-eval names, and the `proctor tasks` listing.
+"""Spec registry: resolution of specs and suites, and the `proctor tasks` listing.
 
 The specs and suites themselves are `proctor.tasks.catalog`'s; the registry loads the
 installed plugins' tasks (`proctor.tasks.plugins`) on its first lookup, so they list and
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from proctor.errors import UserError
-from proctor.tasks import aliases, catalog, humaneval, perplexity
+from proctor.tasks import catalog, humaneval, perplexity
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.counts import official_item_count
 from proctor.tasks.plugins import load_entry_points
@@ -23,7 +23,7 @@ from proctor.tasks.spec import parse_spec
 from proctor.tasks.suite import Suite
 
 __all__ = ["Suite", "TaskRow", "parse_spec", "resolve", "suite", "all_specs", "all_suites",
-           "leaf_specs", "task_config", "task_rows", "alias_of", "alias_note"]
+           "leaf_specs", "task_config", "task_rows", "is_known"]
 
 
 @dataclass(frozen=True)
@@ -71,25 +71,10 @@ def suite(spec: str) -> Optional[Suite]:
     return catalog.suites().get(spec.strip())
 
 
-def alias_of(spec: str) -> Optional[aliases.Alias]:
-    """Return the lm-eval task name `spec` is (`proctor.tasks.aliases`), if it is one.
-
-    None when a proctor spec or suite has that name: those win.
-    """
+def is_known(spec: str) -> bool:
+    """Whether `spec` is a task spec or a suite proctor has (built-in, added or a plugin's)."""
     spec = spec.strip()
-    if spec in _table() or spec in catalog.suites():
-        return None
-    return aliases.lookup(spec)
-
-
-def alias_note(name: str, num_fewshot: Optional[int] = None) -> Optional[str]:
-    """Say what an lm-eval task name given to `proctor run` stands for.
-
-    None: not an alias, or a proctor spec or suite of that name, which wins. `num_fewshot`: the
-    run's --num-fewshot.
-    """
-    alias = alias_of(name)
-    return None if alias is None else aliases.describe(alias, num_fewshot)
+    return spec in _table() or spec in catalog.suites()
 
 
 #: families whose prompts hold no few-shot examples, whatever num_shots says
@@ -97,7 +82,7 @@ _NO_SHOTS: tuple[type[Task], ...] = (humaneval.HumanEvalTask, perplexity.Perplex
 
 
 def _with_shots(cls: type[Task], config: TaskConfig, shots: int) -> TaskConfig:
-    """Return the config with `shots` few-shot examples (--num-fewshot, or an alias's lm-eval default)."""
+    """Return the config with `shots` few-shot examples (--num-fewshot)."""
     if shots == config.num_shots:
         return config
     if shots and issubclass(cls, _NO_SHOTS):
@@ -111,15 +96,14 @@ def _with_shots(cls: type[Task], config: TaskConfig, shots: int) -> TaskConfig:
 
 
 def _close_names(spec: str) -> list[str]:
-    """List the spec, suite and lm-eval names close to an unknown `spec`.
+    """List the spec and suite names close to an unknown `spec`.
 
     All forms of the task names nearest to its task part (narrowed to its format and variant
     where it gives them and some match), else the names close to it as a whole. Specs first,
-    then suites, then lm-eval names.
+    then suites.
     """
-    kinds = {a.name: 2 for a in aliases.all_aliases()}
-    kinds.update({n: 1 for n in catalog.suites()})
-    kinds.update({n: 0 for n in _table()})   # a spec or suite of an lm-eval name shadows it
+    kinds = {n: 1 for n in catalog.suites()}
+    kinds.update({n: 0 for n in _table()})
     task, fmt, variant = parse_spec(spec)
     tasks = {parse_spec(n)[0] for n in kinds}
     ratios = {t: difflib.SequenceMatcher(None, task, t).ratio() for t in tasks}
@@ -140,7 +124,8 @@ def _either(names: list[str]) -> str:
     return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
-def _unknown(spec: str) -> UserError:
+def unknown_spec(spec: str) -> UserError:
+    """Return the error for a spec proctor does not know, naming the specs and suites close to it."""
     close = _close_names(spec)
     hint = f"did you mean {_either(close)}? " if close else ""
     return UserError(f"unknown task spec {spec!r}; {hint}(`proctor tasks` lists all)")
@@ -149,8 +134,7 @@ def _unknown(spec: str) -> UserError:
 def leaf_specs(spec: str) -> list[str]:
     """Return the task specs a spec stands for.
 
-    A suite expands recursively, order kept, no repeats; an lm-eval task name gives those of
-    its proctor spec.
+    A suite expands recursively, order kept, no repeats.
     """
     spec = spec.strip()
     parse_spec(spec)
@@ -158,10 +142,7 @@ def leaf_specs(spec: str) -> list[str]:
         return [spec]
     s = catalog.suites().get(spec)
     if s is None:
-        alias = alias_of(spec)
-        if alias is None:
-            raise _unknown(spec)
-        return leaf_specs(alias.spec)
+        raise unknown_spec(spec)
     out: list[str] = []
     for member in s.members:
         out.extend(x for x in leaf_specs(member) if x not in out)
@@ -169,30 +150,26 @@ def leaf_specs(spec: str) -> list[str]:
 
 
 def task_config(spec: str) -> TaskConfig:
-    """Return a task spec's config (a suite or an lm-eval name is an unknown spec here)."""
+    """Return a task spec's config (a suite is an unknown spec here)."""
     spec = spec.strip()
     if spec not in _table():
-        raise _unknown(spec)
+        raise unknown_spec(spec)
     return _table()[spec][1]
 
 
 def resolve(spec: str, num_shots: Optional[int] = None) -> list[Task]:
     """Task objects for a spec (a suite expands to its leaf tasks).
 
-    An lm-eval task name (`proctor.tasks.aliases`) gives its proctor spec's tasks with
-    lm-eval's default shots; `num_shots` (--num-fewshot) replaces every task's shots, an
-    alias's included.
+    `num_shots` (--num-fewshot) replaces every task's shots.
     """
     if num_shots is not None and (isinstance(num_shots, bool) or not isinstance(num_shots, int)
                                   or num_shots < 0):
         raise UserError(f"--num-fewshot must be a whole number >= 0, got {num_shots!r}")
-    alias = alias_of(spec)
-    shots = num_shots if num_shots is not None else (None if alias is None else alias.shots)
     tasks = []
     for name in leaf_specs(spec):
         cls, config = _table()[name]
-        if shots is not None and cls.applies_num_fewshot:
-            config = _with_shots(cls, config, shots)
+        if num_shots is not None and cls.applies_num_fewshot:
+            config = _with_shots(cls, config, num_shots)
         tasks.append(cls(config))
     return tasks
 

@@ -10,8 +10,10 @@ from typing import Optional
 #: member_mean = unweighted mean of the direct members' scores (a member suite counts once);
 #: rrgs = RRGS over the leaf tasks that are MMLU subjects;
 #: mc_or_rc = the better of two members' scores, [MC, RC] in that order, MC on a tie (OLMES's
-#: `<task>::olmes`, allenai/olmes oe_eval/tasks/aggregate_tasks.py)
-AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs", "mc_or_rc")
+#: `<task>::olmes`, allenai/olmes oe_eval/tasks/aggregate_tasks.py);
+#: size_weighted = lm-eval's `weight_by_size` group score: the direct members' scores weighted by
+#: their document counts, with lm-eval's pooled standard error (`pooled_sample_stderr`)
+AGGREGATIONS = ("macro", "micro", "member_mean", "rrgs", "mc_or_rc", "size_weighted")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""lm-evaluation-harness 0.4.13 formats: the Open LLM Leaderboard settings, and lm-eval's own gsm8k.
+"""lm-evaluation-harness 0.4.13 formats of the Open LLM Leaderboard (v1): the `::leaderboard` specs.
 
-The leaderboard settings are the `::leaderboard` specs, and lm-eval's own `gsm8k` is `gsm8k::lm_eval`
-(BBH's lm-eval format is `proctor.tasks.bbh`).
+They are the seed's `slimpajama_dc::leaderboard` table, which runs without lm-eval installed;
+every other lm-eval task runs as lm-eval's own (`lm_eval:<task>`, `proctor.harness`). BBH's
+lm-eval format is `proctor.tasks.bbh` (OLMES's BBH builds on it).
 """
