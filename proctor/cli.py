@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="evaluate a model on task specs")
     add_flags(run)
 
+    sub.add_parser("lm-eval", add_help=False,  # main() hands its arguments to lm-eval's command line
+                   help="lm-eval's own command line, with proctor as --model proctor ([--data-dir DIR] first)")
+
     tasks = sub.add_parser("tasks", help="list task specs and suites")
     tasks.add_argument("pattern", nargs="?", help="only specs containing this text (or matching this glob)")
     tasks.add_argument("--data-dir", help="count items from this data directory")
@@ -271,7 +274,12 @@ COMMANDS = {"run": cmd_run, "tasks": cmd_tasks, "prompts": cmd_prompts, "verify"
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command `argv` names and return its exit code (2 for a UserError, 130 when interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["lm-eval"]:  # every other argument is lm-eval's own
+            from proctor.harness.cli import run_lm_eval
+
+            return run_lm_eval(argv[1:])
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)
     except UserError as err:

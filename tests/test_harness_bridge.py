@@ -323,3 +323,78 @@ def test_a_groups_score_and_stderr_are_lm_evals(data_dir, smollm2_backend):
     for name in ("mmlu_philosophy", "mmlu_world_religions"):  # a member's stderr: lm-eval's mean_stderr
         assert ours.tasks[f"lm_eval:{name}"].metrics["acc"].stderr == pytest.approx(
             theirs[name]["acc_stderr,none"], abs=1e-12)
+
+
+# ---- proctor as an lm-eval model (proctor/harness/lm.py, proctor/harness/cli.py) ------------
+
+
+def evaluate_with(lm, data_dir, task, limit, **options):
+    import lm_eval
+
+    from proctor.harness.offline import local_datasets
+
+    with local_datasets(data_dir):
+        out = lm_eval.simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, bootstrap_iters=0,
+                                      **options)
+    return out["samples"][task], out["results"][task]
+
+
+@SLOW
+@pytest.mark.parametrize("task, limit, options", [("arc_easy", 8, {}), ("gsm8k", 2, {}),
+                                                  ("arc_easy", 3, {"apply_chat_template": True})])
+def test_lm_evals_own_run_on_proctorlm_equals_its_run_on_hflm(data_dir, smollm2_backend, task, limit, options):
+    from lm_eval.models.huggingface import HFLM
+
+    from proctor.harness.lm import ProctorLM
+
+    hflm = HFLM(pretrained=smollm2_backend.model, tokenizer=smollm2_backend.tokenizer, batch_size=8, max_length=2048)
+    theirs, their_results = evaluate_with(hflm, data_dir, task, limit, **options)
+    with ProctorLM(smollm2_backend, cache=False) as lm:
+        ours, our_results = evaluate_with(lm, data_dir, task, limit, **options)
+    assert [s["arguments"] for s in ours] == [s["arguments"] for s in theirs]  # the same prompts
+    for mine, ref in zip(ours, theirs):
+        for metric in ref["metrics"]:
+            assert mine[metric] == ref[metric], (mine["doc_id"], metric)
+        if isinstance(ref["resps"][0][0], str):
+            assert mine["resps"] == ref["resps"]
+        else:
+            assert [r[0][1] for r in mine["resps"]] == [r[0][1] for r in ref["resps"]]
+            assert [r[0][0] for r in mine["resps"]] == pytest.approx([r[0][0] for r in ref["resps"]], abs=1e-4)
+    assert {k: v for k, v in our_results.items() if k != "alias"} == pytest.approx(
+        {k: v for k, v in their_results.items() if k != "alias"}, abs=1e-12)
+
+
+@SLOW
+def test_proctorlm_refuses_an_option_it_does_not_take():
+    from proctor.harness.lm import ProctorLM
+
+    with pytest.raises(UserError, match="ProctorLM does not take pretrained; it takes proctor's model options"):
+        ProctorLM.create_from_arg_string("pretrained=gpt2")
+
+
+@SLOW  # a subprocess importing lm-eval
+def test_lm_evals_command_line_runs_proctors_model(tmp_path, data_dir):
+    import subprocess
+
+    from tinylm import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny")
+    out = tmp_path / "results"
+    done = subprocess.run(
+        [sys.executable, "-m", "proctor", "lm-eval", "--data-dir", str(data_dir), "run", "--model", "proctor",
+         "--model_args", f"model={model},max_length=512", "--tasks", "arc_easy", "--limit", "3",
+         "--output_path", str(out)],
+        capture_output=True, text=True, env={**__import__("os").environ, "PROCTOR_CACHE_DIR": str(tmp_path / "c"),
+                                             "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (results,) = out.rglob("results_*.json")
+    reported = json.loads(results.read_text())
+    assert reported["config"]["model"] == "proctor" and reported["results"]["arc_easy"]["acc,none"] >= 0
+    assert "|arc_easy|" in done.stdout
+
+
+def test_proctor_lm_eval_without_lm_eval_is_one_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "lm_eval", None)
+    assert main(["lm-eval", "run", "--model", "proctor", "--tasks", "arc_easy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install 'proctor[lm-eval]'" in err
