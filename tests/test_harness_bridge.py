@@ -398,3 +398,36 @@ def test_proctor_lm_eval_without_lm_eval_is_one_line(monkeypatch, capsys):
     assert main(["lm-eval", "run", "--model", "proctor", "--tasks", "arc_easy"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "pip install 'proctor[lm-eval]'" in err
+
+
+@SLOW  # imports lm-eval
+def test_lm_evals_task_index_is_kept_in_the_cache_and_rebuilt_when_a_file_changes(tmp_path, monkeypatch):
+    import os
+
+    from lm_eval.tasks._index import TaskIndex
+
+    from proctor.harness import index_cache
+
+    monkeypatch.setenv("PROCTOR_CACHE_DIR", str(tmp_path / "cache"))
+    tasks = own_task_dir(tmp_path / "my_tasks")
+    builds = []
+
+    def build(paths, *, resolve_includes=True):
+        builds.append(paths)
+        return TaskIndex.build(paths, resolve_includes=resolve_includes)
+
+    def index():
+        return index_cache.cached_build(build, [tasks], True)
+
+    first = index()
+    assert list(first) == ["my_arc"] and len(builds) == 1
+    again = index()
+    assert len(builds) == 1 and {k: (e.kind, e.yaml_path, e.cfg) for k, e in again.items()} == {
+        k: (e.kind, e.yaml_path, e.cfg) for k, e in first.items()}
+    (tasks / "my_arc.yaml").write_text((tasks / "my_arc.yaml").read_text().replace("my_arc", "my_arc2"))
+    os.utime(tasks / "my_arc.yaml", ns=(1, 1))  # a changed file, whatever the clock's resolution
+    assert list(index()) == ["my_arc2"] and len(builds) == 2
+    (cached,) = (tmp_path / "cache" / "lm_eval").iterdir()
+    cached.write_bytes(b"\x00garbage{")  # a damaged cache file is rebuilt, never trusted
+    assert list(index()) == ["my_arc2"] and len(builds) == 3
+    assert list(index()) == ["my_arc2"] and len(builds) == 3

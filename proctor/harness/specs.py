@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from proctor.errors import UserError
+from proctor.harness.index_cache import cached_index
 from proctor.harness.library import (
     FEWSHOT_SEED,
     INSTALL,
@@ -66,7 +67,7 @@ def task_manager(include: tuple[str, ...] = ()) -> Any:
     lm_eval_version()
     from lm_eval.tasks import TaskManager
 
-    with quiet():
+    with quiet(), cached_index():
         return TaskManager(include_path=list(include) or None)
 
 
