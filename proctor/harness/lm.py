@@ -19,8 +19,10 @@ are the engine's, and results come from (and go to) the result cache.
 
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import ExitStack
-from typing import Any, Optional, Sequence
+from dataclasses import replace
+from typing import Any, Mapping, Optional, Sequence
 
 from proctor.harness.library import lm_eval_version
 
@@ -29,29 +31,76 @@ lm_eval_version()  # one line naming the install command when lm-eval is missing
 from lm_eval.api.model import LM  # noqa: E402
 from lm_eval.utils import simple_parse_args_string  # noqa: E402
 
+from proctor.backends.options import backend_fields  # noqa: E402
 from proctor.engine.chat import ChatTemplate, render  # noqa: E402
 from proctor.errors import UserError  # noqa: E402
 from proctor.harness.task import as_request, lm_eval_response  # noqa: E402
-from proctor.options import all_fields  # noqa: E402
-from proctor.requests import Chat, Message  # noqa: E402
+from proctor.requests import Chat, Generate, Message, Request  # noqa: E402
 from proctor.runtime import Runtime, session  # noqa: E402
+from proctor.version import VERSION  # noqa: E402
+
+#: `proctor.evaluate`'s options that say how the model runs (with every backend's own); the
+#: others (limit, num_fewshot, gen_kwargs, output, ...) would do nothing here: lm-eval sets those
+RUN_OPTIONS = ("backend", "batch_size", "max_length", "chat_template", "deterministic", "seed", "cache", "progress")
+#: what lm-eval's command line passes when the user gave no --batch_size / --device
+LM_EVAL_DEFAULTS = {"batch_size": 1, "device": "cuda:0"}
+
+
+def model_options() -> list[str]:
+    """Return the keywords ProctorLM takes besides `model`."""
+    return sorted({*RUN_OPTIONS, *backend_fields()})
+
+
+def lm_eval_settings(additional_config: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    """Return proctor's options for lm-eval's own `batch_size` and `device`, where the user chose them.
+
+    lm-eval's command line always passes them, its defaults (1, cuda:0) included, and those
+    are no one's choice: they leave the engine's batches and proctor's device (cuda when
+    there is one). `auto` is the engine's token budget anyway; `max_batch_size` has no
+    proctor meaning.
+    """
+    out: dict[str, Any] = {}
+    batch_size = (additional_config or {}).get("batch_size")
+    if isinstance(batch_size, str) and batch_size.isdigit():  # the command line's is text
+        batch_size = int(batch_size)
+    if isinstance(batch_size, int) and batch_size != LM_EVAL_DEFAULTS["batch_size"]:
+        out["batch_size"] = batch_size
+    device = (additional_config or {}).get("device")
+    if device and device != LM_EVAL_DEFAULTS["device"]:
+        out["device"] = device
+    return out
+
+
+def lm_requests(instances: Sequence[Any], kind: str) -> list[Request]:
+    """Return each instance's proctor request (`as_request`), aligned with `instances`.
+
+    lm-eval's evaluator hands a generation over once per repeat (the same instance, `repeats`
+    times) and wants one text each, so a generation asks for as many samples as it is handed
+    over: lm-eval's `repeats` for an evaluator's call (the bridge's request: one cache entry).
+    """
+    requests = [as_request(i, f"{kind} request {n}") for n, i in enumerate(instances)]
+    copies = Counter(_one_text(r) for r in requests)
+    return [replace(r, repeats=copies[_one_text(r)]) if isinstance(r, Generate) else r for r in requests]
+
+
+def _one_text(request: Request) -> str:
+    return replace(request, repeats=1).key if isinstance(request, Generate) else request.key
 
 
 class ProctorLM(LM):
     """An lm-eval model whose requests proctor's engine computes (any backend, the result cache).
 
     Keywords are `proctor.evaluate`'s model options (`backend`, `batch_size`, `max_length`,
-    `dtype`, `device`, `cache`, `chat_template`, ...). Close it (or use it as a context manager)
-    to release the model and the cache.
+    `dtype`, `device`, `cache`, `chat_template`, ...; `model_options()`). Close it (or use it
+    as a context manager) to release the model and the cache.
     """
 
     def __init__(self, model: Any = "smollm2-135m", **keywords: Any) -> None:
         super().__init__()
-        known = set(all_fields()) - {"tasks", "model"}
-        unknown = sorted(set(keywords) - known)
+        unknown = sorted(set(keywords) - set(model_options()))
         if unknown:
             raise UserError(f"ProctorLM does not take {', '.join(unknown)}; it takes proctor's model options: "
-                            f"{', '.join(sorted(known))}")
+                            f"model, {', '.join(model_options())}")
         self._stack = ExitStack()
         self._runtime: Runtime = self._stack.enter_context(session(model, **keywords))
         self._template: Optional[ChatTemplate] = None
@@ -61,39 +110,45 @@ class ProctorLM(LM):
     def create_from_arg_string(cls, arg_string: str, additional_config: Optional[dict] = None) -> "ProctorLM":
         """Build from lm-eval's `--model_args` text (proctor's model options, e.g. `model=...,backend=vllm`).
 
-        lm-eval's own `--batch_size` and `--device` are not used: their defaults (1, cuda:0) are
-        not choices a user made. proctor's engine sizes its batches and picks the device;
-        `batch_size=N` and `device=...` in --model_args set them.
+        lm-eval's own `--batch_size N` and `--device D` count where they are not its defaults
+        (`lm_eval_settings`); `batch_size=` and `device=` in --model_args come first.
         """
-        return cls(**simple_parse_args_string(arg_string))
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
 
     @classmethod
-    def create_from_arg_obj(cls, arg_dict: dict, additional_config: Optional[dict] = None) -> "ProctorLM":
-        """Build from a dict of model arguments (lm-eval's `model_args` given as a dict)."""
-        return cls.create_from_arg_string(",".join(f"{k}={v}" for k, v in arg_dict.items()), additional_config)
+    def create_from_arg_obj(cls, arg_dict: Mapping[str, Any],
+                            additional_config: Optional[dict] = None) -> "ProctorLM":
+        """Build from a dict of model arguments (lm-eval's `model_args` given as a dict; objects kept)."""
+        return cls(**{**lm_eval_settings(additional_config), **arg_dict})
 
     # ---- the three request types ---------------------------------------------------------
 
     def loglikelihood(self, requests: list, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """Return (sum of log-probabilities, is greedy) of each continuation."""
-        return [r[0] for r in self._compute(requests, "loglikelihood")]
+        return self._compute(requests, "loglikelihood")
 
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
         """Return each text's total log-probability (lm-eval's rolling windows)."""
-        return [r[0] for r in self._compute(requests, "loglikelihood_rolling")]
+        return self._compute(requests, "loglikelihood_rolling")
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        """Return each request's generated text (greedy unless its gen_kwargs ask for sampling)."""
-        return [r[0] for r in self._compute(requests, "generate_until")]
+        """Return each request's generated text (greedy unless its gen_kwargs ask for sampling).
 
-    def _compute(self, instances: Sequence[Any], kind: str) -> list[list]:
-        requests = [as_request(i, f"{kind} request {n}") for n, i in enumerate(instances)]
+        The copies of one request (lm-eval's repeats) get different samples when sampling.
+        """
+        return self._compute(requests, "generate_until")
+
+    def _compute(self, instances: Sequence[Any], kind: str) -> list:
+        requests = lm_requests(instances, kind)
         results = self._runtime.engine.results(list({r.key: r for r in requests}.values()))
+        handed: Counter[str] = Counter()  # a generation's k-th copy gets its k-th sample
         out = []
         for instance, request in zip(instances, requests):
-            response = lm_eval_response(request, results[request.key])
+            responses = lm_eval_response(request, results[request.key])
+            response = responses[handed[request.key] % len(responses)]
+            handed[request.key] += 1
             out.append(response)
-            self.cache_hook.add_partial(kind, instance.args, response[0])
+            self.cache_hook.add_partial(kind, instance.args, response)
         return out
 
     # ---- chat ------------------------------------------------------------------------------
@@ -121,6 +176,21 @@ class ProctorLM(LM):
     def chat_template(self, chat_template: bool | str = False) -> Optional[str]:
         """Return the chat template's source (lm-eval records it beside the results)."""
         return self._chat_template().source if chat_template else None
+
+    @property
+    def tokenizer(self) -> Any:
+        """The backend's tokenizer (lm-eval records its special tokens beside the results)."""
+        return self._runtime.backend.tokenizer
+
+    @property
+    def max_length(self) -> int:
+        """The model's context window in tokens, as the engine uses it."""
+        return int(self._runtime.backend.max_length)
+
+    def get_model_info(self) -> dict[str, Any]:
+        """Return what lm-eval records about the model in its results' config: proctor's model and backend."""
+        return {"proctor_version": VERSION, "proctor_model": self._runtime.model.name,
+                "proctor_backend": self._runtime.backend_name, "proctor_backend_config": self._runtime.backend_config()}
 
     # ---- lifetime --------------------------------------------------------------------------
 

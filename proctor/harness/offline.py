@@ -23,7 +23,8 @@ from proctor.errors import UserError
 from proctor.harness.library import eval_split
 
 #: lm-eval dataset paths whose rows proctor reads under another hub id of the same rows
-SAME_ROWS = {"lighteval/siqa": "allenai/social_i_qa"}
+#: (hails/mmlu_no_train: "a copy of `cais/mmlu` with no auxiliary_train split", lm-eval's llama3 MMLU tasks)
+SAME_ROWS = {"lighteval/siqa": "allenai/social_i_qa", "hails/mmlu_no_train": "cais/mmlu"}
 
 #: task object -> the splits served empty because `data_dir` lacks them
 _MISSING_ATTR = "_proctor_missing_splits"
