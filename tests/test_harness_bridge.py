@@ -431,3 +431,30 @@ def test_lm_evals_task_index_is_kept_in_the_cache_and_rebuilt_when_a_file_change
     cached.write_bytes(b"\x00garbage{")  # a damaged cache file is rebuilt, never trusted
     assert list(index()) == ["my_arc2"] and len(builds) == 3
     assert list(index()) == ["my_arc2"] and len(builds) == 3
+
+
+@SLOW
+def test_an_lm_eval_task_that_runs_generated_code_needs_allow_unsafe_exec(tmp_path, data_dir, capsys):
+    """lm-eval's `unsafe_code` tasks run the model's code in-process, outside proctor's sandbox."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "my_code.yaml").write_text("task: my_code\ndataset_path: openai/openai_humaneval\ntest_split: test\n"
+                                        "output_type: generate_until\ndoc_to_text: '{{prompt}}'\n"
+                                        "doc_to_target: '{{test}}'\nunsafe_code: true\n"
+                                        "generation_kwargs:\n  until: ['\\nclass']\n  max_gen_toks: 8\n")
+    args = ["run", "--model", "smollm2-135m", "--include", str(tasks), "--tasks", "lm_eval:my_code", "--limit", "1",
+            "--data-dir", str(data_dir), "--output", str(tmp_path / "out")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "lm_eval:my_code: lm-eval's task runs the model's generated code" in err and "--allow-unsafe-exec" in err
+    assert not (tmp_path / "out").exists()
+
+
+@SLOW
+def test_a_task_whose_metric_script_is_on_the_hub_is_one_line_offline(tmp_path, data_dir, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # evaluate looks for ./code_eval/code_eval.py first
+    assert main(["run", "--model", "smollm2-135m", "--tasks", "lm_eval:humaneval", "--data-dir", str(data_dir),
+                 "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "lm_eval:humaneval: the task scores with the Hugging Face `evaluate` metric 'code_eval'" in err

@@ -103,6 +103,11 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     except UserError:
         raise
     except Exception as e:  # a bad field in a YAML file, a !function that fails, ...
+        metric = _hub_metric(e)
+        if metric is not None:
+            raise UserError(f"{spec}: the task scores with the Hugging Face `evaluate` metric {metric!r}, whose "
+                            "script comes from the hub, which cannot be reached; load it once online (it is then "
+                            "cached), or run proctor's own spec of the benchmark (`proctor tasks`)") from None
         entry = manager.task_index[name]
         where = f" ({entry.yaml_path})" if getattr(entry, "yaml_path", None) else ""
         raise UserError(f"{spec}{where}: lm-eval could not build the task: {type(e).__name__}: "
@@ -122,6 +127,14 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     if name not in loaded["groups"] and name not in loaded["tasks"]:  # a tag: its tasks, no aggregate
         catalog.add_suite(Suite(PREFIX + name, tuple(PREFIX + t for t in loaded["tasks"]), aggregations=(),
                                 primary=None))
+
+
+def _hub_metric(error: Exception) -> Optional[str]:
+    """Return the `evaluate` metric a task failed to load from the hub (lm-eval's humaneval: code_eval), if that failed."""
+    text = str(error)
+    if not isinstance(error, FileNotFoundError) or "Couldn't find a module script" not in text:
+        return None
+    return Path(text.split(" at ", 1)[-1].split(".py", 1)[0]).name or None
 
 
 def _check_fewshot_data(task: Any, shots: int, data_dir: Optional[Path]) -> None:

@@ -180,6 +180,17 @@ class HarnessTask(Task):
     supports_system_instruction = True   # lm-eval's system_instruction
     applies_num_fewshot = False  # lm-eval's own rule applied it when the task was built
 
+    def preflight(self, allow_unsafe_exec: bool) -> None:
+        """Refuse a task that runs the model's code (lm-eval's `unsafe_code`) unless the run allows it.
+
+        lm-eval runs such code in its own process, outside proctor's sandbox; lm-eval itself
+        asks for --confirm_run_unsafe_code.
+        """
+        if built_task(self.config.name).config.unsafe_code and not allow_unsafe_exec:
+            raise UserError(f"{self.config.name}: lm-eval's task runs the model's generated code in this process, "
+                            "outside proctor's sandbox; pass --allow-unsafe-exec (lm-eval's "
+                            "--confirm_run_unsafe_code) to run it, or run proctor's sandboxed humaneval::greedy")
+
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
         """Return lm-eval's evaluation documents, in order (native_id: the position)."""
         task = built_task(self.config.name)
