@@ -458,3 +458,15 @@ def test_a_task_whose_metric_script_is_on_the_hub_is_one_line_offline(tmp_path, 
                  "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "lm_eval:humaneval: the task scores with the Hugging Face `evaluate` metric 'code_eval'" in err
+
+
+@SLOW
+def test_proctor_lm_eval_keeps_lm_evals_own_models(capsys):
+    from lm_eval.api.registry import get_model
+
+    from proctor.harness.cli import run_lm_eval
+    from proctor.harness.lm import ProctorLM
+
+    assert run_lm_eval(["run", "--help"]) == 0
+    assert "--model_args" in capsys.readouterr().out
+    assert get_model("proctor") is ProctorLM and get_model("hf").__name__ == "HFLM"

@@ -37,6 +37,7 @@ def run_lm_eval(argv: Sequence[str]) -> int:
     given, rest = split_data_dir(argv)
     lm_eval_version()
     data_dir = resolve_data_dir(given)
+    import lm_eval.models  # noqa: F401  (lm-eval's own models register here, and only while its registry is empty)
     from lm_eval.__main__ import cli_evaluate
     from lm_eval.api.registry import register_model
 
