@@ -22,8 +22,8 @@ first. Compared per document, under every filter:
 
 Loglikelihood families run first; the JSON (--json) is rewritten after each family. HumanEval
 scores by running the generated programs with the HF `evaluate` library's code_eval metric, so it
-runs only with --allow-code-eval (sets HF_ALLOW_CODE_EVAL=1 and lm-eval's
-confirm_run_unsafe_code=True); offline, lm-eval's humaneval/utils.py can load code_eval only from
+runs only with --allow-code-eval (sets HF_ALLOW_CODE_EVAL=1, lm-eval's confirm_run_unsafe_code=True
+and the bridge's allow_unsafe_exec=True); offline, lm-eval's humaneval/utils.py can load code_eval only from
 a directory `code_eval/` under the working directory (`--code-eval-dir` names the directory
 holding it, a copy of metrics/code_eval of github.com/huggingface/evaluate).
 """
@@ -68,8 +68,8 @@ FAMILIES: dict[str, Family] = {
     "social_iqa": Family(("social_iqa",)),
     "gsm8k": Family(("gsm8k",), note="5-shot, greedy"),
     "bbh_cot": Family(("bbh_cot_fewshot_boolean_expressions",)),
-    "gsm8k_cot": Family(("gsm8k_cot",), note="8-shot CoT"),
-    "humaneval": Family(("humaneval",), note="needs --allow-code-eval"),
+    "gsm8k_cot": Family(("gsm8k_cot",), limit=10, note="8-shot CoT, 10 documents (20: over 10 minutes)"),
+    "humaneval": Family(("humaneval",), limit=10, note="10 documents (up to 1024 new tokens each)"),
     "truthfulqa_gen": Family(("truthfulqa_gen",)),
 }
 
@@ -130,13 +130,13 @@ def lm_eval_run(backend: Any, family: Family, limit: int, data_dir: Path,
     return out["samples"], out["results"], time.perf_counter() - started
 
 
-def bridge_run(backend: Any, family: Family, limit: int, data_dir: Path) -> tuple[Any, float]:
+def bridge_run(backend: Any, family: Family, limit: int, data_dir: Path, unsafe: bool) -> tuple[Any, float]:
     """Return the bridge's run record of the family's tasks (no result cache) and its seconds."""
     import proctor
 
     started = time.perf_counter()
     record = proctor.evaluate(backend, tasks=[f"lm_eval:{t}" for t in family.tasks], limit=limit,
-                              num_fewshot=family.shots, data_dir=data_dir, cache=False)
+                              num_fewshot=family.shots, data_dir=data_dir, cache=False, allow_unsafe_exec=unsafe)
     return record, time.perf_counter() - started
 
 
@@ -223,11 +223,12 @@ def compare(backend: Any, name: str, family: Family, limit: Optional[int], data_
     try:
         with working_directory(code_eval_dir if unsafe else None):
             samples, results, row.lm_eval_seconds = lm_eval_run(backend, family, n, data_dir, unsafe)
-            record, row.bridge_seconds = bridge_run(backend, family, n, data_dir)
+            record, row.bridge_seconds = bridge_run(backend, family, n, data_dir, unsafe)
     except Exception as e:  # a family that cannot run offline (no local data, a metric's package): recorded
         row.status, row.note = "error", f"{type(e).__name__}: {first_line(e)}"
-        return row
     row.lm_eval_seconds, row.bridge_seconds = round(row.lm_eval_seconds, 1), round(row.bridge_seconds, 1)
+    if row.status == "error":
+        return row
     for task in family.tasks:
         compare_task(row, task, record.tasks[f"lm_eval:{task}"], samples[task], results[task])
     row.differences = row.differences[:20]
