@@ -101,19 +101,29 @@ LM_EVAL_NAMES = {"chat_template": "apply_chat_template", "system_instruction": "
                  "gen_kwargs": "gen_kwargs", "fewshot_as_multiturn": "fewshot_as_multiturn"}
 
 
-def lm_eval_samples(backend, data_dir, task, limit, num_fewshot=None, **options):
-    """lm-eval's own run: simple_evaluate + HFLM over the backend's model, rows from data_dir."""
-    import lm_eval
+def hflm(backend):
+    """lm-eval's own HF model over the backend's model object."""
     from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=8, max_length=2048)
+
+
+def evaluate_with(lm, data_dir, task, limit, **options):
+    """lm-eval's own run of one task on `lm`, rows from data_dir: its per-document samples and results."""
+    import lm_eval
 
     from proctor.harness.offline import local_datasets
 
-    lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=8, max_length=2048)
     with local_datasets(data_dir):
-        out = lm_eval.simple_evaluate(model=lm, tasks=[task], limit=limit, num_fewshot=num_fewshot,
-                                      log_samples=True, bootstrap_iters=0,
-                                      **{LM_EVAL_NAMES[k]: v for k, v in options.items()})
+        out = lm_eval.simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, bootstrap_iters=0,
+                                      **options)
     return out["samples"][task], out["results"][task]
+
+
+def lm_eval_samples(backend, data_dir, task, limit, num_fewshot=None, **options):
+    """lm-eval's own run: simple_evaluate + HFLM over the backend's model, proctor's options by lm-eval's names."""
+    return evaluate_with(hflm(backend), data_dir, task, limit, num_fewshot=num_fewshot,
+                         **{LM_EVAL_NAMES[k]: v for k, v in options.items()})
 
 
 @SLOW
@@ -308,13 +318,11 @@ def test_without_lm_eval_a_bare_name_proctor_does_not_know_names_the_install(mon
 @SLOW
 def test_a_groups_score_and_stderr_are_lm_evals(data_dir, smollm2_backend):
     import lm_eval
-    from lm_eval.models.huggingface import HFLM
 
     from proctor.harness.offline import local_datasets
 
-    lm = HFLM(pretrained=smollm2_backend.model, tokenizer=smollm2_backend.tokenizer, batch_size=8, max_length=2048)
     with local_datasets(data_dir):
-        theirs = lm_eval.simple_evaluate(model=lm, tasks=["mmlu_humanities"], limit=2)["results"]
+        theirs = lm_eval.simple_evaluate(model=hflm(smollm2_backend), tasks=["mmlu_humanities"], limit=2)["results"]
     ours = proctor.evaluate(smollm2_backend, tasks=["lm_eval:mmlu_humanities"], limit=2, data_dir=data_dir)
     group = ours.primary_scores["lm_eval:mmlu_humanities"]
     assert group.aggregation == "size_weighted" and group.num_instances == 26
@@ -328,27 +336,13 @@ def test_a_groups_score_and_stderr_are_lm_evals(data_dir, smollm2_backend):
 # ---- proctor as an lm-eval model (proctor/harness/lm.py, proctor/harness/cli.py) ------------
 
 
-def evaluate_with(lm, data_dir, task, limit, **options):
-    import lm_eval
-
-    from proctor.harness.offline import local_datasets
-
-    with local_datasets(data_dir):
-        out = lm_eval.simple_evaluate(model=lm, tasks=[task], limit=limit, log_samples=True, bootstrap_iters=0,
-                                      **options)
-    return out["samples"][task], out["results"][task]
-
-
 @SLOW
 @pytest.mark.parametrize("task, limit, options", [("arc_easy", 8, {}), ("gsm8k", 2, {}),
                                                   ("arc_easy", 3, {"apply_chat_template": True})])
 def test_lm_evals_own_run_on_proctorlm_equals_its_run_on_hflm(data_dir, smollm2_backend, task, limit, options):
-    from lm_eval.models.huggingface import HFLM
-
     from proctor.harness.lm import ProctorLM
 
-    hflm = HFLM(pretrained=smollm2_backend.model, tokenizer=smollm2_backend.tokenizer, batch_size=8, max_length=2048)
-    theirs, their_results = evaluate_with(hflm, data_dir, task, limit, **options)
+    theirs, their_results = evaluate_with(hflm(smollm2_backend), data_dir, task, limit, **options)
     with ProctorLM(smollm2_backend, cache=False) as lm:
         ours, our_results = evaluate_with(lm, data_dir, task, limit, **options)
     assert [s["arguments"] for s in ours] == [s["arguments"] for s in theirs]  # the same prompts

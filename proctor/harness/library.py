@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Iterator
 
 from proctor.errors import UserError
@@ -43,20 +44,25 @@ def lm_eval_version() -> str:
 def quiet() -> Iterator[None]:
     """Keep lm-eval's chatter off the terminal while its tasks are built and read.
 
-    That is its per-task INFO and WARNING lines (defaults it fills in) and the progress bars of
-    the `datasets.map` calls its tasks make over their rows.
+    That is its per-task INFO and WARNING lines (defaults it fills in), the progress bars of
+    the `datasets.map` calls its tasks make over their rows, and its tqdm bar of request
+    building (proctor shows its own progress). tqdm reads TQDM_DISABLE when it is imported, so
+    that bar is turned off where lm-eval's task module calls it.
     """
     import datasets
+    from lm_eval.api import task as lm_eval_task
 
     logger = logging.getLogger("lm_eval")
-    level, bars = logger.level, not datasets.is_progress_bar_enabled()
+    level, bars_were_on, bar = logger.level, datasets.is_progress_bar_enabled(), lm_eval_task.tqdm
     logger.setLevel(logging.ERROR)
     datasets.disable_progress_bars()
+    lm_eval_task.tqdm = partial(bar, disable=True)
     try:
         yield
     finally:
         logger.setLevel(level)
-        if not bars:
+        lm_eval_task.tqdm = bar
+        if bars_were_on:
             datasets.enable_progress_bars()
 
 

@@ -104,7 +104,6 @@ class ProctorLM(LM):
         self._stack = ExitStack()
         self._runtime: Runtime = self._stack.enter_context(session(model, **keywords))
         self._template: Optional[ChatTemplate] = None
-        self._rank, self._world_size = 0, 1
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: Optional[dict] = None) -> "ProctorLM":

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from proctor.errors import UserError
 from proctor.harness.library import (
@@ -206,7 +204,7 @@ class HarnessTask(Task):
     def _instances(self, limit: Optional[int]) -> list[HarnessInstance]:
         name, chat = self.config.name, self.config.chat
         task = built_task(name)
-        with quiet(), _no_progress_bars():
+        with quiet():
             task.build_all_requests(limit=limit, rank=0, world_size=1,
                                     system_instruction=self.config.system_instruction,
                                     apply_chat_template=chat is not None,
@@ -276,23 +274,6 @@ class HarnessTask(Task):
         return sidecar_row(self.config, inst, is_correct=is_correct,
                            predicted_answer=None if predicted is None else str(as_json(predicted)),
                            correct_answer=None if gold is None else str(gold))
-
-
-@contextmanager
-def _no_progress_bars() -> Iterator[None]:
-    """Keep lm-eval's tqdm bar of request building off the terminal (proctor shows its own progress).
-
-    tqdm reads TQDM_DISABLE when it is imported, so the bar is turned off where lm-eval's task
-    module calls it, for the call only.
-    """
-    from lm_eval.api import task as lm_eval_task
-
-    bar = lm_eval_task.tqdm
-    lm_eval_task.tqdm = partial(bar, disable=True)
-    try:
-        yield
-    finally:
-        lm_eval_task.tqdm = bar
 
 
 def _stat(task: Any, metric: str, filter_key: str, values: list, aggregates: Mapping[str, Any]) -> Stat:
