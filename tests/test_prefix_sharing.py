@@ -52,6 +52,19 @@ def test_rc_items_split_into_one_group_per_question():
         assert len(group.prefix) == 22  # the question minus its last token, whose state is read
 
 
+def test_rc_items_that_each_fit_a_batch_pack_together_as_segments():
+    rows = []
+    for q in range(3):
+        question = (1, 2, 3) + tuple(range(10 * q + 50, 10 * q + 50 + 20))
+        rows += [planned(f"q{q}c{c}", question + (200 + c, 201 + c), len(question) - 1, 2) for c in range(4)]
+    (batch,) = plan_batches(rows, BatchLimits(max_tokens=200), share_prefixes=True)
+    assert batch.prefix == () and sum(1 for p in batch.parents if p < 0) == 3  # one segment per question
+    assert sorted(batch.keys) == sorted(k for r in rows for k in r.keys)
+    assert sum(b.full_tokens for b in [batch]) == sum(len(r.row.tokens) for r in rows)
+    # a budget one question's rows fill: each group keeps its prefix, one batch each
+    assert [bool(b.prefix) for b in plan_batches(rows, BatchLimits(max_tokens=20), share_prefixes=True)] == [True] * 3
+
+
 def test_short_or_unique_prefixes_are_not_shared():
     rows = [planned("a", tuple(range(MIN_PREFIX - 1)) + (7, 8), MIN_PREFIX),
             planned("b", tuple(range(MIN_PREFIX - 1)) + (9, 8), MIN_PREFIX),
@@ -127,9 +140,9 @@ def test_shared_prefix_scores_equal_unshared(tmp_path_factory, arch, max_length,
     if max_length < 2048:  # the 5-shot contexts are cut from the left, so items share less
         assert len(backend.tokenizer.encode(requests[0].context)) > max_length
     stats, _, _ = compare(backend, requests, batch_size)
-    assert stats.prefixes_run > 0
     assert stats.tokens_run < stats.tokens_total
-    if max_length == 2048:
+    if max_length == 2048:  # cut to 48 tokens, each group fits one batch: segments, no prefix pass
+        assert stats.prefixes_run > 0
         assert any(b.parents for b in Engine(backend, batch_size=batch_size, progress=False).plan(requests))
 
 

@@ -260,19 +260,35 @@ def strip_prefix(planned: PlannedRow, n: int) -> PlannedRow:
     return PlannedRow(Row(planned.row.tokens[n:], planned.row.readouts), planned.keys)
 
 
+def _fits_one_batch(group: PrefixGroup, limits: BatchLimits) -> bool:
+    """Whether a group without nested groups fits in one batch, its prefix counted as a segment."""
+    tokens = len(group.prefix) + sum(len(r.row.tokens) - len(group.prefix) for r in group.rows)
+    return limits.fits(len(group.rows), tokens)
+
+
 def plan_batches(rows: Sequence[PlannedRow], limits: BatchLimits, *, share_prefixes: bool) -> list[Batch]:
     """Return the batch partition of longest-first rows, optionally grouping rows by shared prefix.
 
     Without sharing, rows are padded into batches. With it (the backend packs rows), each
     prefix group's rows are packed into consecutive batches (a backend keeps the last
-    prefix's keys and values), nested groups as segments; units are ordered by size,
-    largest first, ties broken by content.
+    prefix's keys and values), nested groups as segments; a group that fits in one batch
+    is a segment among the unprefixed rows instead (one forward for many RC items, not a
+    prefix pass and a batch per item). Units are ordered by size, largest first, ties
+    broken by content.
     """
     if not share_prefixes:
         return partition(rows, limits)
     groups, rest = find_prefix_groups(rows)
-    units: list[list[Batch]] = [pack(sorted((Unit((r,)) for r in rest), key=Unit.sort_key), limits)] if rest else []
+    loose = [Unit((r,)) for r in rest]
+    shared = []
     for group in groups:
+        if group.nested or not _fits_one_batch(group, limits):
+            shared.append(group)
+        else:  # its prefix would serve one batch only: a segment packed beside other rows costs less
+            n = len(group.prefix)
+            loose.append(Unit(tuple(strip_prefix(r, n) for r in group.rows), PlannedRow(Row(group.prefix, ()), ())))
+    units: list[list[Batch]] = [pack(sorted(loose, key=Unit.sort_key), limits)] if loose else []
+    for group in shared:
         n = len(group.prefix)
         members = [Unit((strip_prefix(r, n),)) for r in group.rows]
         for nested in group.nested:

@@ -92,7 +92,7 @@ class Scoring:
         stats = self.engine.stats
         stats.plan_seconds = time.perf_counter() - self.started
         stats.rolling_chunks = len(work.windows)
-        stats.rows = sum(len(b.rows) for b in batches)
+        stats.rows = sum(1 for b in batches for r in b.rows if r.keys)  # a shared segment is no row of its own
         stats.batches = len(batches)
         unfinished = [k for k in self.rolling if k in pending]
         chunk_keys = [c for k in unfinished for c in work.chunks[k]]

@@ -14,7 +14,7 @@ class EngineStats:
     unique: int = 0            # after dedupe on request key
     cached: int = 0            # unique requests answered by the cache (any rank's)
     rolling_chunks: int = 0    # chunks of the rolling requests in the full plan
-    rows: int = 0              # model rows in the full plan
+    rows: int = 0              # model rows with readouts in the full plan
     batches: int = 0           # batches in the full plan
     batches_run: int = 0       # batches actually sent to the backend
     tokens_run: int = 0        # real (unpadded) tokens the backend computed, each shared prefix once
