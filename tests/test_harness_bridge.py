@@ -446,12 +446,21 @@ def test_an_lm_eval_task_that_runs_generated_code_needs_allow_unsafe_exec(tmp_pa
 
 @SLOW
 def test_a_task_whose_metric_script_is_on_the_hub_is_one_line_offline(tmp_path, data_dir, capsys, monkeypatch):
+    """lm-eval's tasks that load an `evaluate` metric (bleu, rouge, ...) at import; code_eval is proctor's own."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "utils.py").write_text("import evaluate\n\nbleu = evaluate.load('bleu')\n\n\n"
+                                    "def score(references, predictions):\n    return 0.0\n")
+    (tasks / "my_bleu.yaml").write_text("task: my_bleu\ndataset_path: openai/openai_humaneval\ntest_split: test\n"
+                                        "output_type: generate_until\ndoc_to_text: '{{prompt}}'\n"
+                                        "doc_to_target: '{{test}}'\nmetric_list:\n  - metric: !function utils.score\n"
+                                        "    aggregation: mean\n")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.chdir(tmp_path)  # evaluate looks for ./code_eval/code_eval.py first
-    assert main(["run", "--model", "smollm2-135m", "--tasks", "lm_eval:humaneval", "--data-dir", str(data_dir),
-                 "--output", str(tmp_path / "out")]) == 2
+    monkeypatch.chdir(tmp_path)  # evaluate looks for ./bleu/bleu.py first
+    assert main(["run", "--model", "smollm2-135m", "--include", str(tasks), "--tasks", "lm_eval:my_bleu",
+                 "--data-dir", str(data_dir), "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "lm_eval:humaneval: the task scores with the Hugging Face `evaluate` metric 'code_eval'" in err
+    assert "my_bleu.yaml: the task scores with the Hugging Face `evaluate` metric 'bleu'" in err
 
 
 @SLOW

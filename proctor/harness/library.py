@@ -103,7 +103,19 @@ def metric_keys(task: Any) -> list[str]:
     The bare metric under the filter "none" (lm-eval's `acc,none`), lm-eval's `"<metric>,<filter>"` else.
     """
     filters = [f.name for f in getattr(task, "_filters", [])] or ["none"]
-    return [metric_key(m, f) for f in filters for m in task.aggregation()]
+    return [metric_key(r, f) for f in filters for m in task.aggregation() for r in result_names(task, m)]
+
+
+def result_names(task: Any, metric: str) -> list[str]:
+    """Return the names `process_results` gives a metric's values under: its own, or code_eval's `pass@<k>`.
+
+    lm-eval's `pass_at_k` (humaneval's, humaneval_infilling's) returns code_eval's dict of
+    pass@k, one per k of its `k` argument, and lm-eval records each under its key.
+    """
+    ks = getattr(task, "_metric_fn_kwargs", {}).get(metric, {}).get("k")
+    if metric != "pass_at_k" or ks is None:
+        return [metric]
+    return [f"pass@{k}" for k in ([ks] if isinstance(ks, int) else ks)]
 
 
 def metric_key(metric: str, filter_name: str) -> str:

@@ -94,6 +94,17 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(error).__name__
 
 
+def hub_metric(error: BaseException) -> Optional[str]:
+    """Say which `evaluate` metric a task could not load from the hub, if that is why lm-eval failed to build it."""
+    text = str(error)
+    if not isinstance(error, FileNotFoundError) or "Couldn't find a module script" not in text:
+        return None
+    metric = Path(text.split(" at ", 1)[-1].split(".py", 1)[0]).name
+    return (f"the task scores with the Hugging Face `evaluate` metric {metric!r}, whose script comes from the hub, "
+            "which cannot be reached; load it once online (it is then cached), or run proctor's own spec of the "
+            "benchmark (`proctor tasks`)")
+
+
 @contextmanager
 def local_datasets(data_dir: Optional[Path]) -> Iterator[None]:
     """Within it, lm-eval task objects built read their datasets from `data_dir` where proctor can."""

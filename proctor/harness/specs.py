@@ -5,7 +5,8 @@ tags, `include:` and `!function`), builds the task objects with their datasets (
 ones from `--data-dir`, `proctor.harness.offline`), applies lm-eval's `simple_evaluate`
 rules for `--num-fewshot` and the few-shot seed, and registers every leaf task as a spec
 (`proctor.harness.task.HarnessTask`) and every group or tag as a suite, so that the rest
-of a run treats them as any other spec.
+of a run treats them as any other spec. `evaluate.load("code_eval")` gives proctor's
+sandboxed code_eval while they are built (`proctor.harness.code_eval`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from proctor.errors import UserError
+from proctor.harness.code_eval import sandboxed_code_eval
 from proctor.harness.index_cache import cached_index
 from proctor.harness.library import (
     FEWSHOT_SEED,
@@ -28,7 +30,7 @@ from proctor.harness.library import (
     register_built,
     task_config,
 )
-from proctor.harness.offline import first_line, local_datasets, missing_splits
+from proctor.harness.offline import first_line, hub_metric, local_datasets, missing_splits
 from proctor.harness.task import HarnessTask
 from proctor.tasks import catalog
 from proctor.tasks.registry import unknown_spec
@@ -98,16 +100,14 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     if name not in manager.task_index:
         raise _unknown(name, manager)
     try:
-        with quiet(), local_datasets(data_dir):
+        with quiet(), local_datasets(data_dir), sandboxed_code_eval():
             loaded = manager.load([name])
     except UserError:
         raise
     except Exception as e:  # a bad field in a YAML file, a !function that fails, ...
-        metric = _hub_metric(e)
+        metric = hub_metric(e)
         if metric is not None:
-            raise UserError(f"{spec}: the task scores with the Hugging Face `evaluate` metric {metric!r}, whose "
-                            "script comes from the hub, which cannot be reached; load it once online (it is then "
-                            "cached), or run proctor's own spec of the benchmark (`proctor tasks`)") from None
+            raise UserError(f"{spec}: {metric}") from None
         entry = manager.task_index[name]
         where = f" ({entry.yaml_path})" if getattr(entry, "yaml_path", None) else ""
         raise UserError(f"{spec}{where}: lm-eval could not build the task: {type(e).__name__}: "
@@ -127,14 +127,6 @@ def load(spec: str, data_dir: Optional[Path], num_fewshot: Optional[int] = None,
     if name not in loaded["groups"] and name not in loaded["tasks"]:  # a tag: its tasks, no aggregate
         catalog.add_suite(Suite(PREFIX + name, tuple(PREFIX + t for t in loaded["tasks"]), aggregations=(),
                                 primary=None))
-
-
-def _hub_metric(error: Exception) -> Optional[str]:
-    """Return the `evaluate` metric a task failed to load from the hub (lm-eval's humaneval: code_eval), if that failed."""
-    text = str(error)
-    if not isinstance(error, FileNotFoundError) or "Couldn't find a module script" not in text:
-        return None
-    return Path(text.split(" at ", 1)[-1].split(".py", 1)[0]).name or None
 
 
 def _check_fewshot_data(task: Any, shots: int, data_dir: Optional[Path]) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from proctor.errors import UserError
+from proctor.harness import code_eval
 from proctor.harness.library import (
     built_task,
     config_digest,
@@ -179,15 +180,20 @@ class HarnessTask(Task):
     applies_num_fewshot = False  # lm-eval's own rule applied it when the task was built
 
     def preflight(self, allow_unsafe_exec: bool) -> None:
-        """Refuse a task that runs the model's code (lm-eval's `unsafe_code`) unless the run allows it.
+        """Refuse a task that runs the model's code where proctor's own humaneval would refuse.
 
-        lm-eval runs such code in its own process, outside proctor's sandbox; lm-eval itself
-        asks for --confirm_run_unsafe_code.
+        A task scoring with code_eval runs the code in proctor's sandbox (`code_eval.arm`:
+        --allow-unsafe-exec only where it cannot cut the network off). Any other task that runs
+        the model's code (lm-eval's `unsafe_code`) runs it in this process, outside the sandbox:
+        only with --allow-unsafe-exec (lm-eval's --confirm_run_unsafe_code).
         """
-        if built_task(self.config.name).config.unsafe_code and not allow_unsafe_exec:
-            raise UserError(f"{self.config.name}: lm-eval's task runs the model's generated code in this process, "
-                            "outside proctor's sandbox; pass --allow-unsafe-exec (lm-eval's "
-                            "--confirm_run_unsafe_code) to run it, or run proctor's sandboxed humaneval::greedy")
+        task = built_task(self.config.name)
+        if code_eval.arm(task, allow_unsafe_exec) or not task.config.unsafe_code or allow_unsafe_exec:
+            return
+        raise UserError(f"{self.config.name}: lm-eval's task runs the model's generated code in this process, "
+                        "outside proctor's sandbox (only code_eval's programs run in the sandbox); pass "
+                        "--allow-unsafe-exec (lm-eval's --confirm_run_unsafe_code) to run it, or run proctor's "
+                        "sandboxed humaneval::greedy")
 
     def docs(self, data_dir: Optional[Path]) -> list[dict]:
         """Return lm-eval's evaluation documents, in order (native_id: the position)."""
@@ -259,7 +265,7 @@ class HarnessTask(Task):
             sidecar.append(self._sidecar(task, inst, record))
         config = resolved_config(task)
         harness = {"lm_eval_version": lm_eval_version(), "task": task.config.task,
-                   "config_sha256": config_digest(config), "config": config}
+                   "config_sha256": config_digest(config), "config": config, **code_eval.settings(task)}
         return Scored(records, sidecar, metrics, harness=harness)
 
     def _sidecar(self, task: Any, inst: HarnessInstance, record: HarnessRecord) -> QueryMetadata:

@@ -15,8 +15,9 @@ from typing import Any
 import yaml
 
 from proctor.errors import UserError
+from proctor.harness.code_eval import sandboxed_code_eval
 from proctor.harness.library import PREFIX, add_include, lm_eval_version
-from proctor.harness.offline import first_line
+from proctor.harness.offline import first_line, hub_metric
 
 LM_EVAL_KEYS = frozenset({"task", "group", "tag", "include", "dataset_path", "output_type", "doc_to_text"})
 PROCTOR_KEYS = frozenset({"name", "tasks"})
@@ -58,8 +59,12 @@ def include_lm_eval(directory: Path, files: list[Path]) -> list[str]:
     names: list[str] = []
     for file in files:
         try:
-            config: Any = load_yaml(file, resolve_func=True, recursive=True)
+            with sandboxed_code_eval():
+                config: Any = load_yaml(file, resolve_func=True, recursive=True)
         except Exception as e:  # a missing include, a !function that does not import, bad YAML
+            metric = hub_metric(e)
+            if metric is not None:
+                raise UserError(f"{file}: {metric}") from None
             raise UserError(f"{file}: lm-eval cannot read this task file: {type(e).__name__}: "
                             f"{first_line(e)}") from None
         name = next((config[k] for k in ("task", "group") if isinstance(config.get(k), str)), None)

@@ -427,7 +427,7 @@ class TaskRecord:
     records: tuple[Record, ...] = ()
     sidecar: tuple[QueryMetadata, ...] = ()
     #: lm-eval tasks (kind "harness"): `lm_eval_version`, `task`, `config` (the task's YAML as
-    #: lm-eval expands it) and `config_sha256`
+    #: lm-eval expands it) and `config_sha256`; for code_eval tasks `sandbox` and `allow_unsafe_exec`
     harness: Optional[Mapping[str, JSON]] = None
 
     @property
