@@ -494,3 +494,33 @@ def test_parity_script_exits_2_without_vllm_or_gpu():
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "vllm is not installed" in done.stderr and "proctor[vllm]" in done.stderr
+
+
+class EngineDeadError(Exception):
+    """vLLM's exception for an engine core that died (matched by name, as the backend does)."""
+
+
+class DyingLLM(FakeLLM):
+    """Answers `answers` calls, then its engine dies."""
+
+    def __init__(self, answers: int):
+        super().__init__()
+        self.answers = answers
+
+    def generate(self, *args, **kwargs):
+        if self.answers == 0:
+            raise EngineDeadError("EngineCore encountered an issue")
+        self.answers -= 1
+        return super().generate(*args, **kwargs)
+
+
+def test_an_engine_that_dies_on_its_first_batch_is_not_sent_to_a_rerun(fake_vllm):
+    from proctor.errors import UserError
+
+    rows = [Row((1, 2, 3, 4), (Readout(2, (4, 5)),))]
+    with pytest.raises(UserError, match=r"died on its first batch: it cannot run this model here .* --backend hf$"):
+        backend(DyingLLM(0)).score(rows)
+    later = backend(DyingLLM(1))
+    later.score(rows)
+    with pytest.raises(UserError, match=r"died during the run .* rerun the same command to resume$"):
+        later.score(rows)

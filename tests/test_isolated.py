@@ -2,9 +2,14 @@
 
 import ctypes
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
+from proctor.backends import isolated
 from proctor.backends.isolated import ChildObject, NativeCrash, exit_description
 from proctor.errors import UserError
 
@@ -29,6 +34,12 @@ class StandIn:
 
     def exit(self, code: int) -> None:
         os._exit(code)
+
+    def kill_self(self) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
     def refuse(self) -> None:
         raise ValueError("no such row")
@@ -99,3 +110,71 @@ def test_a_script_without_a_main_guard_can_open_a_child(tmp_path):
                       "print('ran', child.call('bit_length'))\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "ran 3\n"), done.stderr
+
+
+def test_a_killed_child_is_not_given_the_rebuild_advice():
+    model = child()
+    with pytest.raises(NativeCrash) as caught:
+        model.call("kill_self", doing="scoring")
+    message = str(caught.value)
+    assert "died (SIGKILL) while scoring" in message and "out-of-memory" in message
+    assert "Rebuild" not in message
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return True
+
+
+def test_a_stopped_child_is_ended_with_one_line(monkeypatch):
+    monkeypatch.setattr(isolated, "STOPPED_LIMIT_S", 1.0)
+    model = child()
+    pid = model.call("pid")
+    os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(NativeCrash) as caught:
+        model.call("square", 2, doing="scoring")
+    assert time.monotonic() - started < 10
+    message = str(caught.value)
+    assert "\n" not in message and f"child process (pid {pid}) stopped answering while scoring" in message
+    assert f"kill -CONT {pid}" in message and "a rerun resumes" in message
+    assert gone(pid)
+    with pytest.raises(NativeCrash):
+        model.call("square", 3)
+
+
+def test_a_child_that_uses_no_cpu_while_a_call_waits_is_ended(monkeypatch):
+    monkeypatch.setattr(isolated, "STALLED_LIMIT_S", 1.5)
+    model = child()
+    pid = model.call("pid")
+    started = time.monotonic()
+    with pytest.raises(NativeCrash, match=r"used no CPU time for 1.5 s \(deadlocked\)"):
+        model.call("sleep", 60)
+    assert time.monotonic() - started < 15
+    assert gone(pid)
+
+
+def test_the_child_dies_with_its_parent_and_says_nothing(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text("import sys, time\n"
+                      "from functools import partial\n"
+                      "from proctor.backends.isolated import ChildObject\n"
+                      "child = ChildObject(partial(int, '7'), backend='x', advice='')\n"
+                      "print(child._process.pid, flush=True)\n"
+                      "time.sleep(60)\n")
+    err = tmp_path / "stderr"
+    with open(err, "w") as stderr:
+        parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=stderr, text=True)
+        assert parent.stdout is not None
+        pid = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 5
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(pid)
+    time.sleep(0.5)
+    assert err.read_text() == ""

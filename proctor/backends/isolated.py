@@ -11,6 +11,11 @@ proctor.backends.isolated`, not a fork), so it shares no threads or locks with t
 and a crash takes only the child. Not multiprocessing's spawn either: that re-imports the
 caller's main script in the child, which a script without an `if __name__ == "__main__":`
 guard cannot survive.
+
+The child never outlives this process: on Linux the kernel kills it when the thread that
+started it ends (PR_SET_PDEATHSIG), however this process ends. A child that stops
+answering is ended too: one stopped by a signal for `STOPPED_LIMIT_S`, or one that uses no
+CPU time for `STALLED_LIMIT_S` while a call waits (a deadlock), raises NativeCrash.
 """
 
 from __future__ import annotations
@@ -20,13 +25,22 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import weakref
 from multiprocessing.connection import Connection
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, Optional
+
+import psutil
 
 from proctor.errors import UserError
 
 _CLOSE_TIMEOUT_S = 10.0
+STOPPED_LIMIT_S = 10.0    # a child stopped (SIGSTOP, a debugger) this long while a call waits is ended
+STALLED_LIMIT_S = 120.0   # a child that uses no CPU time this long while a call waits is ended
+_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+# signals of native code gone wrong: the backend's crash advice fits these only
+_CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE, signal.SIGABRT}
 
 
 class NativeCrash(UserError):
@@ -59,7 +73,8 @@ class ChildObject:
         # the child imports what this process can (its sys.path), so the factory unpickles there
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p or os.getcwd() for p in sys.path)}
         with theirs:
-            self._process = subprocess.Popen([sys.executable, "-m", "proctor.backends.isolated", str(theirs.fileno())],
+            self._process = subprocess.Popen([sys.executable, "-m", "proctor.backends.isolated", str(theirs.fileno()),
+                                              str(os.getpid())],
                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
         self._conn = Connection(ours.detach())
         self._finalizer = weakref.finalize(self, _stop, self._conn, self._process)
@@ -82,7 +97,12 @@ class ChildObject:
         self._finalizer()
 
     def _receive(self, doing: str) -> Any:
+        watch = _Watch(self._process.pid)
         try:
+            while not self._conn.poll(_POLL_S):
+                hung = watch.hung()
+                if hung is not None:
+                    self._hung(doing, hung)
             ok, value = self._conn.recv()
         except (EOFError, ConnectionError):
             self._crashed(doing)
@@ -95,11 +115,66 @@ class ChildObject:
             code: int | None = self._process.wait(_CLOSE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             code = None
-        how = exit_description(code)
         self._finalizer()
-        self._crash = (f"the {self.backend} backend's native code died ({how}) while {doing}; results "
-                       f"computed before it are in the result cache and a rerun resumes from them. {self.advice}")
+        self._crash = (f"the {self.backend} backend's native code died ({exit_description(code)}) while {doing}; "
+                       f"results computed before it are in the result cache and a rerun resumes from them. "
+                       f"{self._advice_for(code)}")
         raise NativeCrash(self._crash) from None
+
+    def _advice_for(self, code: int | None) -> str:
+        if code is not None and code < 0 and -code in _CRASH_SIGNALS:
+            return self.advice
+        if code == -signal.SIGKILL:
+            return ("Something killed it: often the kernel's out-of-memory killer (see `dmesg`); free memory or "
+                    "use a smaller --max-length.")
+        return "Its own error, if any, is printed above."
+
+    def _hung(self, doing: str, how: str) -> NoReturn:
+        self._process.kill()
+        self._finalizer()
+        self._crash = (f"the {self.backend} backend's child process (pid {self._process.pid}) stopped answering "
+                       f"while {doing}: {how}; it was ended. Results computed before it are in the result cache "
+                       "and a rerun resumes from them.")
+        raise NativeCrash(self._crash) from None
+
+
+class _Watch:
+    """Whether a child process that a call waits on has stopped answering: stopped, or using no CPU time."""
+
+    def __init__(self, pid: int):
+        self.process = psutil.Process(pid)
+        self.cpu = -1.0
+        self.active = self.running = time.monotonic()
+
+    def hung(self) -> Optional[str]:
+        """Why the child counts as hung (a description), or None while it works or has exited."""
+        try:
+            status = self.process.status()
+            times = self.process.cpu_times()
+        except psutil.Error:  # it has exited: the socket says so next
+            return None
+        now = time.monotonic()
+        if status != psutil.STATUS_STOPPED:
+            self.running = now
+        elif now - self.running >= STOPPED_LIMIT_S:
+            return (f"it was stopped by a signal for {STOPPED_LIMIT_S:g} s (SIGSTOP or a debugger; "
+                    f"`kill -CONT {self.process.pid}` continues a stopped process)")
+        cpu = times.user + times.system
+        if cpu != self.cpu:
+            self.cpu, self.active = cpu, now
+        elif now - self.active >= STALLED_LIMIT_S and status != psutil.STATUS_STOPPED:
+            return f"it used no CPU time for {STALLED_LIMIT_S:g} s (deadlocked)"
+        return None
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this process when its parent ends (Linux); exit if it has ended already."""
+    if sys.platform.startswith("linux"):
+        from proctor.sandbox._confine import prctl
+
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the line above: nothing would kill this child
+        os._exit(0)
 
 
 def _serve(conn: Connection) -> None:
@@ -148,4 +223,8 @@ def _stop(conn: Connection, process: subprocess.Popen) -> None:
 
 
 if __name__ == "__main__":
-    _serve(Connection(int(sys.argv[1])))
+    _die_with(int(sys.argv[2]))
+    try:
+        _serve(Connection(int(sys.argv[1])))
+    except (BrokenPipeError, ConnectionError, EOFError):  # the parent is gone: nothing to tell, no one to tell
+        os._exit(0)

@@ -58,7 +58,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
@@ -434,9 +433,12 @@ class VLLMBackend:
         try:
             answered = list(self.llm.generate(requests, sampling_params=params, use_tqdm=False))
         except Exception as e:
+            if type(e).__name__ == "EngineDeadError" and self.calls == 1:  # a rerun would fail the same way
+                raise UserError("vLLM's engine died on its first batch: it cannot run this model here (its error "
+                                "above says why, e.g. a head size its kernels lack); use --backend hf") from None
             if type(e).__name__ == "EngineDeadError":
-                raise UserError("vLLM's engine died during the run (its error is printed above); "
-                                "rerun the same command to resume where it stopped") from None
+                raise UserError("vLLM's engine died during the run (its error is printed above); results computed "
+                                "before it are in the result cache: rerun the same command to resume") from None
             raise
         outputs: list[Any] = [None] * len(prompts)
         for i, output in zip(order, answered):
@@ -584,41 +586,60 @@ def cpu_threads_binding() -> Optional[str]:
 
 
 _WATCHDOG = """
-import os, sys, psutil
-os.read(int(sys.argv[1]), 1)   # returns at EOF: when the process holding the other end has died
-for pid, created in zip(sys.argv[2::2], sys.argv[3::2]):
+import os, sys, time, psutil
+parent, started = psutil.Process(int(sys.argv[1])), time.monotonic()
+born, group = parent.create_time(), os.getpgid(parent.pid)
+seen = {}
+def alive(p):
     try:
-        process = psutil.Process(int(pid))
-        if process.create_time() == float(created):   # not a later process given the same pid
-            process.kill()
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+while alive(parent):   # note every process the parent starts, until it has ended
+    try:
+        for p in parent.children(recursive=True):
+            if p.pid != os.getpid():
+                seen.setdefault(p.pid, p)
+    except psutil.Error:
+        pass
+    time.sleep(float(sys.argv[2]) if time.monotonic() - started < 120 else 1.0)  # engines start early
+doomed = {}
+for p in seen.values():
+    if p.is_running():   # the same process (psutil checks its start time), not a later one on its pid
+        doomed[p.pid] = p
+        try:
+            doomed.update((c.pid, c) for c in p.children(recursive=True))
+        except psutil.Error:
+            pass
+for p in psutil.process_iter():   # started in the last moments: orphans of the parent's process group
+    try:
+        if p.ppid() == 1 and p.create_time() >= born and os.getpgid(p.pid) == group and p.pid != os.getpid():
+            doomed[p.pid] = p
+    except (psutil.Error, OSError):
+        pass
+for p in doomed.values():
+    try:
+        p.kill()
     except psutil.Error:
         pass
 """
-_watchdog_pipes: list[int] = []   # write ends, held open for the life of this process
+WATCH_INTERVAL_S = 0.2
 
 
-def reap_when_this_process_dies(since: float) -> None:
-    """Start a watchdog that kills the engine processes started since `since` once this process is gone.
+def reap_when_this_process_dies() -> None:
+    """Start a watchdog that kills every process this one started (vLLM's engine core, its workers) once it is gone.
 
     vLLM's engine processes outlive a SIGKILLed front end (they wait on its sockets, holding
-    the model and the key/value cache); the watchdog kills them however this process ended.
-    (A kill during the engine's start-up, before this runs, still leaves them.)
+    the model and the key/value cache), at start-up as later. Started before the engine, the
+    watchdog notes the processes as they appear and kills them however this process ended.
     """
     import subprocess
     import sys
 
-    import psutil
-
-    engine = [p for p in psutil.Process().children(recursive=True) if p.create_time() >= since - 1]
-    if not engine:
-        return
-    read_end, write_end = os.pipe()
-    pids = [str(x) for p in engine for x in (p.pid, p.create_time())]
     # its own session: a terminal's Ctrl-C reaches proctor (which shuts vLLM down) and not it
-    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(read_end), *pids], pass_fds=(read_end,),
-                     start_new_session=True, stdin=subprocess.DEVNULL)
-    os.close(read_end)
-    _watchdog_pipes.append(write_end)
+    subprocess.Popen([sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(WATCH_INTERVAL_S)],
+                     start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
 
 
 def load_vllm_backend(
@@ -688,7 +709,7 @@ def load_vllm_backend(
         engine["gpu_memory_utilization"] = settings.gpu_memory_utilization
     from vllm import LLM
 
-    started = time.time()
+    reap_when_this_process_dies()
     try:
         llm = LLM(model=str(directory), tokenizer=str(directory), dtype=cast(Any, dtype_name), seed=seed,
                   tensor_parallel_size=tensor_parallel_size, max_model_len=max_length + 1,
@@ -701,7 +722,6 @@ def load_vllm_backend(
             raise
         raise UserError(f"vLLM's engine did not start for model {shown} (its own error is printed above); "
                         "check that vLLM supports this model and that the memory it asks for is free") from None
-    reap_when_this_process_dies(started)
     from vllm import SamplingParams
 
     # vLLM >= 0.12 lets a prompt-log-prob request read the prefix cache
