@@ -197,7 +197,7 @@ def open_tokenizer(tokenizer: Union[str, ModelSource]) -> TokenizerSession:
     A GGUF's tokenizer is its converted copy's (converted on first use). Raises UserError
     (one line) when it cannot be found or loaded.
     """
-    from proctor.backends.openai_api import load_tokenizer
+    from proctor.backends.tokenizers import load_tokenizer
 
     source = tokenizer if isinstance(tokenizer, ModelSource) else resolve_tokenizer(tokenizer)
     return TokenizerSession(source, load_tokenizer(source))

@@ -8,6 +8,7 @@ An option two backends take (`device`, `dtype`) is one declaration shared by bot
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
@@ -113,6 +114,9 @@ class OpenAIOptions:
         """Refuse a run without a base URL, or with a tokenizer that is not a name."""
         if not self.base_url:
             raise UserError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
+        if importlib.util.find_spec("httpx") is None:
+            raise UserError("the OpenAI backend needs the httpx package, which is not installed: "
+                            "pip install 'proctor[openai]'")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str):
             raise UserError(f"tokenizer (--tokenizer) must name the served model's tokenizer (a directory, a "
                             f".gguf file, a hub id or an alias), got {self.tokenizer!r}")
