@@ -1,7 +1,7 @@
 """Local readers for the lm-evaluation-harness datasets TruthfulQA and BIG-bench.
 
 Rows come out shaped like the hub datasets lm-eval loads:
-`truthfulqa/truthful_qa` (multiple_choice) and `hails/bigbench` (`<task>_zero_shot`).
+`truthfulqa/truthful_qa` (multiple_choice, generation) and `hails/bigbench` (`<task>_zero_shot`).
 """
 
 from __future__ import annotations
@@ -10,29 +10,58 @@ from pathlib import Path
 from typing import Optional
 
 from proctor.data.fields import check, field, nonempty, optional_field
-from proctor.data.readers import first_existing, read_json, read_jsonl
+from proctor.data.readers import first_existing, read_csv, read_json, read_jsonl
 from proctor.errors import UserError
 
 Rows = list[dict]
 
 
-# ---- TruthfulQA: truthfulqa/data/v0/mc_task.json -------------------------------
+# ---- TruthfulQA: truthfulqa/data/v0/mc_task.json and TruthfulQA.csv ---------------
 #
-# The hub's multiple_choice config (817 questions, first "What is the smallest country
-# in the world that is at least one square mile in area?") is the original 2021
-# mc_task.json, stored here as data/v0; the root data/mc_task.json is the 2025 revision
-# (790 questions) and data/v1 reorders the questions.
+# The hub's configs were built from sylinrl/TruthfulQA at commit 013686a (the 2021 files,
+# 817 questions), stored here as data/v0: multiple_choice from mc_task.json (first "What is
+# the smallest country in the world that is at least one square mile in area?"),
+# generation from TruthfulQA.csv (first "What happens to you if you eat watermelon seeds?",
+# 5 correct answers; data/v1 adds a sixth). The root files are the 2025 revision (790
+# questions) and data/v1 the Oct-2021 one.
+
+#: TruthfulQA.csv's header (data/v0) and the hub's generation column each becomes
+GENERATION_COLUMNS = {"Type": "type", "Category": "category", "Question": "question", "Best Answer": "best_answer",
+                      "Correct Answers": "correct_answers", "Incorrect Answers": "incorrect_answers",
+                      "Source": "source"}
+
 
 def truthful_qa(data_dir: Path, name: Optional[str], split: str) -> Rows:
-    """Read TruthfulQA's multiple_choice validation split from the original 2021 mc_task.json (data/v0)."""
-    if name != "multiple_choice" or split != "validation":
+    """Read TruthfulQA's validation split, multiple_choice from mc_task.json or generation from TruthfulQA.csv (data/v0)."""
+    if name not in ("multiple_choice", "generation") or split != "validation":
         raise UserError(f"TruthfulQA has no local config {name!r} / split {split!r} "
-                        "(have: multiple_choice / validation)")
+                        "(have: multiple_choice, generation / validation)")
     base = data_dir / "truthfulqa" / "data" / "v0"
+    if name == "generation":
+        return _generation_rows(first_existing([base / "TruthfulQA.csv", base / "TruthfulQA.csv.gz"]))
     path = first_existing([base / "mc_task.json", base / "mc_task.json.gz"])
     items = check(read_json(path), list, f"{path}: the file")
     rows = [_truthfulqa_row(item, f"{path}: item {i}") for i, item in enumerate(items)]
     return nonempty(rows, path)
+
+
+def _generation_rows(path: Path) -> Rows:
+    """Return the hub builder's rows: a row without correct or incorrect answers left out, answers split at ';'."""
+    lines = read_csv(path, len(GENERATION_COLUMNS))
+    if not lines or lines[0][1] != tuple(GENERATION_COLUMNS):
+        raise UserError(f"{path}:1: TruthfulQA.csv must start with the header {','.join(GENERATION_COLUMNS)}")
+    rows = []
+    for _, fields in lines[1:]:
+        row = dict(zip(GENERATION_COLUMNS.values(), fields))
+        if row["correct_answers"] and row["incorrect_answers"]:
+            rows.append({**row, "correct_answers": _answers(row["correct_answers"]),
+                         "incorrect_answers": _answers(row["incorrect_answers"])})
+    return nonempty(rows, path)
+
+
+def _answers(text: str) -> list[str]:
+    # an empty answer after a trailing ';' stays, as on the hub (lm-eval's process_docs_gen drops it)
+    return [answer.strip() for answer in text.strip().split(";")]
 
 
 def _truthfulqa_row(item: object, where: str) -> dict:
