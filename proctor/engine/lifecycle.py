@@ -101,7 +101,7 @@ def serve(kind: Kind[V], requests: Sequence[Any], on_result: Callable[[int, V], 
     holders = distributed.holders(keys, held)
     pending = {k for k, h in zip(keys, holders) if h < 0}
     kind.counted(len(requests), len(unique), len(unique) - len(pending))
-    bar = Progress(len(unique), enabled=progress, description=kind.description)
+    bar = Progress(len(unique), enabled=progress and bool(unique), description=kind.description)  # no 0/0 bar
     many = distributed.world_size > 1
     sent: dict[str, V] = {}  # what this rank made, for the other ranks
     try:

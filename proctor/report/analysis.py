@@ -81,6 +81,11 @@ def provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
     labels = ", ".join(f"{k}={v}" for k, v in labels_of(run).items())
     others = ", ".join(f"{k} {v}" for k, v in run.versions.items() if k != "proctor" and v)
     throughput = run.engine.tokens_per_second
+    stats = run.engine.stats
+    if stats.tokens_run == 0 and stats.gen_tokens == 0 and (stats.cached or stats.gen_cached):
+        shown_rate = "— (every result came from the result cache)"
+    else:
+        shown_rate = "—" if throughput is None else f"{throughput:,.0f} tokens/s"
     return [
         ("run directory", name),
         ("model", m.model),
@@ -103,7 +108,7 @@ def provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
         ("started", t.started),
         ("total time", f"{t.total_seconds:.1f} s (model load {t.model_load_seconds:.1f} s, "
                        f"evaluation {t.evaluation_seconds:.1f} s)"),
-        ("throughput", "—" if throughput is None else f"{throughput:,.0f} tokens/s"),
+        ("throughput", shown_rate),
         ("warnings", str(len(run.warnings))),
     ]
 
