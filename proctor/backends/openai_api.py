@@ -59,13 +59,13 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence, Union
 
 from proctor.backends.decoding import find_stop
 from proctor.backends.openai_http import CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy, ServerRejected
-from proctor.backends.redact import redact_url, strip_credentials
+from proctor.backends.redact import redact_url
 from proctor.backends.sources import ALIASES, ModelSource, resolve_tokenizer
-from proctor.backends.tokenizers import load_tokenizer
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError
@@ -112,7 +112,9 @@ class OpenAIBackend:
             raise UserError(f"unknown prompt format {prompt_format!r}; use auto, ids or text")
         if scoring not in ("auto", "echo", "forced"):
             raise UserError(f"unknown scoring {scoring!r}; use auto, echo or forced")
-        self.base_url = redact_url(base_url.rstrip("/"))  # as messages and records show it
+        self.client = CompletionsClient(base_url.rstrip("/"), api_key=api_key, timeout=timeout,
+                                        concurrency=concurrency, retry=retry)
+        self.base_url = self.client.shown_base_url  # as messages and records show it: no password
         self.model = model
         self.tokenizer = tokenizer
         self.tokenizer_identity = tokenizer_identity
@@ -120,8 +122,6 @@ class OpenAIBackend:
         self.prompt_format = prompt_format
         self.scoring = scoring
         self.extra_body = dict(extra_body or {})
-        self.client = CompletionsClient(base_url.rstrip("/"), api_key=api_key, timeout=timeout,
-                                        concurrency=concurrency, retry=retry)
         self.requests_sent = 0
 
     def __repr__(self) -> str:  # never shows the API key
@@ -138,7 +138,7 @@ class OpenAIBackend:
         # weights are. Chat rows never went to /completions, so no cached result of the same
         # key was made from a rendered prompt.
         extra = json.dumps(self.extra_body, sort_keys=True) if self.extra_body else ""
-        return (f"openai:{strip_credentials(self.base_url)}|model={self.model}|tokenizer={self.tokenizer_identity}"
+        return (f"openai:{self.client.base_url}|model={self.model}|tokenizer={self.tokenizer_identity}"
                 f"|max_length={self.max_length}|scoring={self.scoring}" + (f"|extra={extra}" if extra else ""))
 
     def config_record(self) -> dict:
@@ -362,6 +362,7 @@ class OpenAIBackend:
         cut = find_stop(text, row.stop)
         if cut is not None:
             text = text[:cut]
+        text = self.client.secrets.blank_whole(text)  # a server that echoed a credential into its reply
         usage = reply.get("usage")
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if not isinstance(tokens, int):
@@ -485,16 +486,40 @@ def tokenizer_source(tokenizer: Union[str, ModelSource, None], model: str) -> Mo
     return resolve_tokenizer(spec)
 
 
+def load_tokenizer(source: ModelSource) -> Any:
+    """Load the transformers tokenizer of a tokenizer source (`tokenizer_source`).
+
+    A GGUF's tokenizer is its converted copy's.
+    """
+    from transformers import AutoTokenizer
+
+    from proctor.backends.models import _quiet_transformers, converted_gguf_dir
+
+    _quiet_transformers()
+    if source.kind == "gguf":
+        directory = converted_gguf_dir(Path(source.location), source.digest)
+    else:
+        directory = Path(source.location)
+    try:
+        return AutoTokenizer.from_pretrained(str(directory))
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"cannot load tokenizer {source.location}: {str(e).strip().splitlines()[0]}") from None
+
+
 def load_openai_backend(
     base_url: str, model: str, *, tokenizer: Union[str, ModelSource, None] = None, api_key: Optional[str] = None,
     max_length: int = 2048, **options: Any,
 ) -> OpenAIBackend:
     """Build an OpenAIBackend for `model` served at `base_url` (e.g. http://127.0.0.1:8000/v1).
 
-    The API key is `api_key` or $OPENAI_API_KEY (sent as a bearer token, recorded nowhere).
+    The API key is `api_key` or $OPENAI_API_KEY (sent as a bearer token, recorded nowhere); without
+    one, the base URL's user info (user:password@, split at the last `@` before the host) is sent as
+    HTTP Basic auth. With both, only the key is sent. Neither is shown or recorded in any form.
     """
     if not base_url.startswith(("http://", "https://")):
-        raise UserError(f"base URL {base_url!r} must start with http:// or https:// (e.g. http://127.0.0.1:8000/v1)")
+        shown = redact_url(base_url) if "://" in base_url else "***@" + base_url.rpartition("@")[2]
+        raise UserError(f"base URL {shown if '@' in base_url else base_url!r} must start with http:// or https:// "
+                        "(e.g. http://127.0.0.1:8000/v1)")
     source = tokenizer_source(tokenizer, model)
     loaded, identity = load_tokenizer(source), source.tokenizer_identity
     key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
