@@ -59,13 +59,13 @@ import json
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Optional, Sequence, Union
 
 from proctor.backends.decoding import find_stop
 from proctor.backends.openai_http import CHAT_COMPLETIONS, COMPLETIONS, CompletionsClient, RetryPolicy, ServerRejected
 from proctor.backends.redact import redact_url
 from proctor.backends.sources import ALIASES, ModelSource, resolve_tokenizer
+from proctor.backends.tokenizers import load_tokenizer
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Row
 from proctor.errors import UserError
@@ -484,26 +484,6 @@ def tokenizer_source(tokenizer: Union[str, ModelSource, None], model: str) -> Mo
             f"({', '.join(sorted(ALIASES))}); pass a local tokenizer directory, a .gguf file or a hub id"
         )
     return resolve_tokenizer(spec)
-
-
-def load_tokenizer(source: ModelSource) -> Any:
-    """Load the transformers tokenizer of a tokenizer source (`tokenizer_source`).
-
-    A GGUF's tokenizer is its converted copy's.
-    """
-    from transformers import AutoTokenizer
-
-    from proctor.backends.models import _quiet_transformers, converted_gguf_dir
-
-    _quiet_transformers()
-    if source.kind == "gguf":
-        directory = converted_gguf_dir(Path(source.location), source.digest)
-    else:
-        directory = Path(source.location)
-    try:
-        return AutoTokenizer.from_pretrained(str(directory))
-    except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"cannot load tokenizer {source.location}: {str(e).strip().splitlines()[0]}") from None
 
 
 def load_openai_backend(
