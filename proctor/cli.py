@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from proctor.data import resolve_data_dir
 from proctor.defaults import DEFAULT_MAX_LENGTH
-from proctor.errors import UserError
+from proctor.errors import UserError, on_command_line
 from proctor.export import TARGETS
 from proctor.option import parse_positive_int
 from proctor.options import add_flags, keywords_of
@@ -31,6 +31,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """Build the parser of `proctor` and all its subcommands."""
     from proctor.metrics.clusters import CLUSTER_COLUMNS
+    from proctor.outputs.checked import add_read_flags
     from proctor.version import VERSION
 
     parser = _Parser(prog="proctor", description="Evaluate language models with reproducible protocols.")
@@ -63,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", help="also write the comparison as JSON to this file")
     compare.add_argument("--cluster-by", choices=CLUSTER_COLUMNS,
                          help="count documents that share this sidecar column as one cluster (e.g. MMLU subject)")
+    add_read_flags(compare)
 
     report = sub.add_parser("report", help="a self-contained HTML report of one or more run directories")
     report.add_argument("runs", nargs="+", metavar="RUN",
@@ -71,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--cluster-by", choices=CLUSTER_COLUMNS,
                         help="count documents that share this sidecar column as one cluster (e.g. MMLU subject)")
     report.add_argument("--overwrite", action="store_true", help="replace --output when it is an earlier report")
+    add_read_flags(report)
 
     export = sub.add_parser("export", help="a run's queries for another tool").add_subparsers(
         dest="export_format", required=True, metavar="FORMAT")
@@ -83,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "or every generated sample (generation tasks)")
     bergson.add_argument("--tokenizer", help="the tokenizer (default: the run's model's)")
     bergson.add_argument("--overwrite", action="store_true", help="replace --output when it is an earlier export")
+    add_read_flags(bergson)
 
     attribution = sub.add_parser("attribution", help="data-attribution scores joined back onto query_id").add_subparsers(
         dest="attribution_step", required=True, metavar="STEP")
@@ -92,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     join.add_argument("--output", help="the Parquet file (default: attribution.parquet in the run directory, "
                       "beside query_metadata.parquet)")
     join.add_argument("--top", type=parse_positive_int, help="keep each query's K strongest training rows (default: all)")
+    add_read_flags(join)
 
     from proctor.factual.cli import add_parser as add_factual
 
@@ -211,7 +216,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.json:
         check_output_file(Path(args.json), option="--json")
-    comparison = compare_runs(Path(args.run_a), Path(args.run_b), args.cluster_by)
+    comparison = compare_runs(Path(args.run_a), Path(args.run_b), args.cluster_by, allow_edited=args.allow_edited)
     print_agreement(comparison, args.run_a, args.run_b)
     if args.json:
         doc = comparison_json(comparison, args.run_a, args.run_b, args.cluster_by)
@@ -225,7 +230,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from proctor.report.html import write_report
 
     write_report([Path(r) for r in args.runs], Path(args.output), cluster_by=args.cluster_by,
-                 overwrite=args.overwrite)
+                 overwrite=args.overwrite, allow_edited=args.allow_edited)
     print(f"wrote {args.output}")
     return 0
 
@@ -238,7 +243,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     datasets.disable_progress_bars()
     manifest = export_bergson(Path(args.run), Path(args.output), target=args.target, tokenizer=args.tokenizer,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, allow_edited=args.allow_edited)
     print(f"wrote {args.output}: {manifest.rows} rows ({args.target}) of {len(manifest.tasks)} tasks")
     for name, why in manifest.left_out.items():
         print(f"  left out {name}: {why}")
@@ -255,7 +260,7 @@ def cmd_attribution(args: argparse.Namespace) -> int:
     from proctor.export.attribution import join_scores
 
     out, rows = join_scores(Path(args.export), Path(args.scores), None if args.output is None else Path(args.output),
-                            top=args.top)
+                            top=args.top, allow_edited=args.allow_edited)
     print(f"wrote {out}: {rows} (query, training row) scores")
     return 0
 
@@ -281,7 +286,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             return run_lm_eval(argv[1:])
         args = build_parser().parse_args(argv)
-        return COMMANDS[args.command](args)
+        with on_command_line():  # messages name the fix as a flag (--overwrite), not a keyword
+            return COMMANDS[args.command](args)
     except UserError as err:
         print(f"proctor: error: {err}", file=sys.stderr)
         return 2

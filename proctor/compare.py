@@ -149,13 +149,16 @@ def _with_holm(rows: list[TaskComparison]) -> list[TaskComparison]:
     return [replace(r, p_holm=p) for r, p in zip(rows, adjusted)]
 
 
-def compare_runs(dir_a: Path, dir_b: Path, cluster_by: Optional[str] = None) -> list[TaskComparison]:
+def compare_runs(dir_a: Path, dir_b: Path, cluster_by: Optional[str] = None, *,
+                 allow_edited: bool = False) -> list[TaskComparison]:
     """Return the comparison of every task both runs scored, then of every requested suite.
 
     UserError when they share none, or when either is not a run directory this proctor
-    reads (`proctor.read_run`). `cluster_by`: a sidecar column (`CLUSTER_COLUMNS`).
+    reads (`proctor.read_run`, `allow_edited` as there). `cluster_by`: a sidecar column
+    (`CLUSTER_COLUMNS`).
     """
-    return compare_records(read_run(dir_a), read_run(dir_b), cluster_by, names=(str(dir_a), str(dir_b)))
+    return compare_records(read_run(dir_a, allow_edited=allow_edited), read_run(dir_b, allow_edited=allow_edited),
+                           cluster_by, names=(str(dir_a), str(dir_b)))
 
 
 def compare_records(run_a: RunRecord, run_b: RunRecord, cluster_by: Optional[str] = None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import BinaryIO, Optional
 
 from proctor.errors import UserError
 
@@ -25,11 +26,26 @@ _BLOCK = 1 << 16
 
 def file_sha256(path: Path) -> str:
     """Return the sha256 of the whole file at `path`, as 64 hex digits (read in 4 MiB blocks)."""
-    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return stream_sha256(f)[0]
+
+
+def stream_sha256(f: BinaryIO, *, limit: Optional[int] = None, keep: bool = False) -> tuple[str, int, bytes]:
+    """Hash what `f` holds from where it stands, 4 MiB at a time, never more than `limit` bytes.
+
+    Return the sha256 (64 hex digits), how many bytes were read and, with `keep`, those
+    bytes (b"" without): a reader that checks a file and then parses it reads it once.
+    """
+    digest, kept, count = hashlib.sha256(), [], 0
+    while limit is None or count < limit:
+        block = f.read(1 << 22 if limit is None else min(1 << 22, limit - count))
+        if not block:
+            break
+        digest.update(block)
+        count += len(block)
+        if keep:
+            kept.append(block)
+    return digest.hexdigest(), count, b"".join(kept)
 
 
 def sampled_digest(path: Path) -> str:

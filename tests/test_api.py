@@ -124,8 +124,10 @@ def test_read_run_refuses_other_formats_and_non_runs(tmp_path):
     for version, says in ((99, "format_version 99"), (None, "no format_version")):
         data["format_version"] = version
         metrics.write_text(json.dumps(data))
-        with pytest.raises(proctor.UserError, match=says):
+        with pytest.raises(proctor.UserError, match="changed after proctor wrote it"):
             proctor.read_run(tmp_path / "run")
+        with pytest.raises(proctor.UserError, match=says):
+            proctor.read_run(tmp_path / "run", allow_edited=True)
     with pytest.raises(proctor.UserError, match="not a finished run directory"):
         proctor.read_run(tmp_path)
 

@@ -154,7 +154,7 @@ def test_not_a_run_directory(tmp_path, runs, capsys):
     assert "is not a finished run directory" in capsys.readouterr().err
     with pytest.raises(UserError, match="share no query_id"):
         (runs[1] / "gsm8k-olmes" / "predictions.jsonl").write_text(json.dumps(gen_row(99, "x", True).to_dict()) + "\n")
-        compare_runs(*runs)
+        compare_runs(*runs, allow_edited=True)
 
 
 # ---- hostile run directories: nothing but the one user-error type escapes ------------
@@ -177,7 +177,7 @@ def test_a_damaged_run_directory_is_a_user_error(runs, target, value, raw, use_r
     try:
         path.write_bytes(raw if use_raw else (json.dumps(value) + "\n").encode())
         try:
-            compare_runs(a, b)
+            compare_runs(a, b, allow_edited=True)
         except UserError as e:
             assert "\n" not in str(e)
     finally:
@@ -187,7 +187,7 @@ def test_a_damaged_run_directory_is_a_user_error(runs, target, value, raw, use_r
 def test_a_deeply_nested_metrics_file_is_a_user_error(runs):
     (runs[0] / "metrics.json").write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(UserError, match="cannot read"):
-        compare_runs(*runs)
+        compare_runs(*runs, allow_edited=True)
 
 
 def test_json_output_never_replaces_a_users_file(runs, tmp_path, capsys):

@@ -249,8 +249,10 @@ def test_edited_requests_and_bad_options_are_refused(tiny_run, tmp_path, capsys)
     shutil.copytree(tiny_run / "run", edited)
     path = edited / "arc_easy-mc-olmes" / "requests.jsonl"
     path.write_text(path.read_text().replace("Answer:", "Answer :", 1))
-    with pytest.raises(UserError, match="does not match its request_key"):
+    with pytest.raises(UserError, match="changed after proctor wrote it"):
         export_bergson(edited, tmp_path / "out")
+    with pytest.raises(UserError, match="does not match its request_key"):
+        export_bergson(edited, tmp_path / "out", allow_edited=True)
     with pytest.raises(UserError, match="unknown --target 'best'"):
         export_bergson(tiny_run / "run", tmp_path / "out", target="best")
     assert main(["export", "bergson", str(tiny_run / "run"), "--output", str(tmp_path / "out"), "--target",

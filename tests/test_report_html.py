@@ -15,6 +15,7 @@ from typing import Optional
 import pytest
 
 import proctor
+from proctor.outputs.run_dir import open_run
 from proctor.outputs.records import GenerationRecord, QueryMetadata, RunConfig, SampleOutput
 from proctor.report.analysis import NOT_SAVED, reliability, shared_prefix, task_family
 from proctor.report.html import read_run_prompts, render_report, write_report
@@ -160,7 +161,8 @@ def test_prompts_are_read_from_requests_jsonl_as_the_model_saw_them(tmp_path):
         "".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "mmlu_anatomy-mc-olmes").mkdir()
     (tmp_path / "mmlu_anatomy-mc-olmes" / "requests.jsonl").write_text("{not json\n")
-    prompts = read_run_prompts(tmp_path, run)
+    (tmp_path / "metrics.json").write_text("{}")  # requests files of one's own: no manifest vouches for them
+    prompts = read_run_prompts(open_run(tmp_path, allow_edited=True), run)
     assert set(prompts) == {ALGEBRA}                            # an unreadable file: as if not saved
     assert prompts[ALGEBRA][f"{ALGEBRA}#0"].context == "[system]\nBe brief.\n\n[user]\n2 + 2?"
     assert prompts[ALGEBRA][f"{ALGEBRA}#0"].choices == (" 4", " 5")   # the unconditional request left out

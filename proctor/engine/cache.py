@@ -12,7 +12,8 @@ Every row carries a checksum of its fingerprint, key and values: a row changed o
 proctor (or torn by a broken disk) no longer matches, is dropped and recomputed, and
 counted in `tampered`. A file that is not a proctor cache, is corrupt, or cannot be
 written is a one-line `UserError` saying what to do; results committed before a failure
-(a full disk, a kill) stay in the file.
+(a full disk, a kill) stay in the file, and a full disk's message says how many this run
+stored there (what a rerun finds).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import shutil
 import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -74,6 +76,8 @@ CREATE TABLE IF NOT EXISTS truncation (
 """
 _CHUNK = 500  # stays under SQLite's host-parameter limit
 _TIMEOUT = 60.0  # seconds a connection waits for another process's lock
+#: free bytes below which a write that failed is taken for a full disk (SQLite grows its files a page at a time)
+_FULL = 1 << 20
 
 
 def _checksum(*values: object) -> int:
@@ -107,6 +111,7 @@ class ResultCache:
     def __init__(self, path: Path | str):
         self.path = Path(path)
         self.tampered = 0  # rows whose checksum failed: dropped and recomputed
+        self.stored = 0    # results (not truncation counts) this process committed: a rerun finds them
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -131,15 +136,30 @@ class ResultCache:
         except OSError as e:  # the WAL or shm file
             raise self._failure(doing, e) from None
 
+    def _free_bytes(self) -> Optional[int]:
+        """Free bytes on the file system that holds the cache (None: cannot tell)."""
+        try:
+            return shutil.disk_usage(self.path.parent).free
+        except OSError:
+            return None
+
     def _failure(self, doing: str, e: Exception) -> UserError:
         text = str(e)
         where = self.path
         code = getattr(e, "sqlite_errorname", "")
-        full = "full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+        free = self._free_bytes()
+        full = "full" in text or getattr(e, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) or (
+            (code.startswith("SQLITE_IOERR") or "disk I/O error" in text) and free is not None and free < _FULL)
         if full or (code.startswith("SQLITE_IOERR") and doing == "store results"):  # a file size limit: IOERR
-            why = "the disk is full" if full else f"{text}: the disk is full or failing"
-            return UserError(f"cannot store results in the result cache {where} ({why}); results finished so "
-                             "far are kept there: free space and rerun the same command")
+            disk = f"the disk is full ({free} bytes free in {where.parent})" if full and free is not None else \
+                "the disk is full" if full else f"{text}: the disk is full or failing, or a file size limit was reached"
+            if doing == "open":
+                return UserError(f"cannot open the result cache {where}: {disk}; free space there, or set "
+                                 "PROCTOR_CACHE_DIR to a disk with room, and rerun the same command")
+            kept = (f"the {self.stored} results this run stored are kept there (a rerun reuses them)" if self.stored
+                    else "no result of this run was stored yet")
+            return UserError(f"cannot {doing} in the result cache {where}: {disk}; {kept}: free space, or set "
+                             "PROCTOR_CACHE_DIR to a disk with room, and rerun the same command")
         if "readonly" in text or "read-only" in text or "unable to open" in text or isinstance(e, PermissionError):
             return UserError(f"cannot write the result cache {where} ({text}); make it writable or set "
                              "PROCTOR_CACHE_DIR to a writable directory")
@@ -187,6 +207,7 @@ class ResultCache:
         with self._guard("store results"), self._db:
             self._db.executemany("INSERT OR IGNORE INTO loglikelihood VALUES (?, ?, ?, ?, ?, ?)",
                                  [(*row, _checksum(*row)) for row in rows])
+        self.stored += len(rows)
 
     def get_generations(self, fingerprint: str, keys: Iterable[str]) -> dict[str, GenerateResult]:
         """Return the generations (every sample) stored under `fingerprint` for those of `keys` that have them."""
@@ -233,6 +254,7 @@ class ResultCache:
         with self._guard("store results"), self._db:
             self._db.executemany("INSERT OR IGNORE INTO generation VALUES (?, ?, ?, ?)",
                                  [(*row, _checksum(*row)) for row in rows])
+        self.stored += len(rows)
 
     def get_hidden(self, fingerprint: str, keys: Iterable[str]) -> dict[str, HiddenStatesResult]:
         """Return the hidden states stored under `fingerprint` for those of `keys` that have them."""
@@ -252,6 +274,7 @@ class ResultCache:
         with self._guard("store results"), self._db:
             self._db.executemany("INSERT OR IGNORE INTO hidden VALUES (?, ?, ?, ?, ?, ?)",
                                  [(*row, _checksum(*row)) for row in rows])
+        self.stored += len(rows)
 
     def put_truncated(self, fingerprint: str, dropped: Mapping[str, int]) -> None:
         """Store how many context tokens left truncation cut from each request.

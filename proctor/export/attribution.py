@@ -12,13 +12,15 @@ written) and writes a long Parquet table, one row per (query row, training row):
 `rank` is 1 for a query's strongest proponent (by Bergson's `higher_is_better`); `--top K`
 keeps each query row's K best. `train_index` is the row of the scored training dataset
 (a candidates run's own row map applied). The table joins the run's
-`query_metadata.parquet` on `query_id`.
+`query_metadata.parquet` on `query_id`: the run directory the export was made from is read
+as `proctor.read_run` reads it (every file checked against its manifest; `allow_edited`).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -150,14 +152,23 @@ def _export_rows(export_dir: Path, manifest: ExportManifest) -> Any:
     return rows
 
 
-def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None) -> tuple[Any, ExportManifest]:
-    """Return the joined table (a pyarrow Table with the module docstring's columns) and the export's manifest."""
+def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None,
+               allow_edited: bool = False) -> tuple[Any, ExportManifest]:
+    """Return the joined table (a pyarrow Table with the module docstring's columns) and the export's manifest.
+
+    The export's run directory, where it still is, is read as `proctor.read_run` reads it
+    (`allow_edited` as there): the table joins its sidecar.
+    """
     import pyarrow as pa
+
+    from proctor.outputs.run_dir import read_run
 
     export_dir, scores_dir = Path(export_dir), Path(scores_dir)
     if top is not None and top < 1:
         raise UserError(f"--top must be a positive whole number, got {top}")
     manifest = read_manifest(export_dir)
+    if os.path.lexists(manifest.run):
+        read_run(manifest.run, allow_edited=allow_edited)
     rows = _export_rows(export_dir, manifest)
     scores = read_scores(scores_dir)
     check_same_queries(export_dir, rows["labels"], scores, scores_dir)
@@ -187,16 +198,17 @@ def join_table(export_dir: Path, scores_dir: Path, *, top: Optional[int] = None)
 
 
 def join_scores(export_dir: Path, scores_dir: Path, output: Optional[Path] = None, *,
-                top: Optional[int] = None) -> tuple[Path, int]:
+                top: Optional[int] = None, allow_edited: bool = False) -> tuple[Path, int]:
     """Write the joined table; return its path and row count.
 
-    The default path is `attribution.parquet` in the export's run directory, beside its sidecar.
+    The default path is `attribution.parquet` in the export's run directory, beside its
+    sidecar. `allow_edited`: as `join_table`.
     """
     import pyarrow.parquet as pq
 
     from proctor.outputs.owned import check_output_file, write_owned_file
 
-    table, manifest = join_table(export_dir, scores_dir, top=top)
+    table, manifest = join_table(export_dir, scores_dir, top=top, allow_edited=allow_edited)
     out = Path(output) if output is not None else Path(manifest.run) / "attribution.parquet"
     check_output_file(out)
     buffer = io.BytesIO()

@@ -37,6 +37,7 @@ from proctor.backends.sources import ModelSource, classify_source
 from proctor.digests import file_sha256
 from proctor.errors import UserError
 from proctor.export import TARGETS
+from proctor.outputs.checked import CheckedDirectory
 from proctor.outputs.records import (
     SIDECAR_COLUMNS,
     ChoiceRecord,
@@ -46,7 +47,8 @@ from proctor.outputs.records import (
     RunRecord,
     TaskRecord,
 )
-from proctor.outputs.run_dir import read_run, task_dir_name
+from proctor.outputs.requests_file import REQUESTS_FILE
+from proctor.outputs.run_dir import open_run, read_run_files, task_dir_name
 from proctor.outputs.typecheck import check_fields
 from proctor.requests import POLICIES, Chat, Loglikelihood, Message
 
@@ -118,16 +120,17 @@ def read_manifest(export_dir: Path) -> ExportManifest:
 # ---- what to export ---------------------------------------------------------------------------
 
 
-def _requests(run_dir: Path, task: str) -> dict[str, dict[int, dict]]:
-    """query_id -> idx -> requests.jsonl row (the conditional requests only)."""
-    path = run_dir / task_dir_name(task) / "requests.jsonl"
-    if not path.is_file():
-        raise UserError(f"{run_dir} has no requests.jsonl for task {task}: the export reads the prompts the run "
-                        f"scored from it; rerun the same `proctor run` command with --save-requests (the result "
-                        f"cache answers it without the model) into a new --output")
+def _requests(files: CheckedDirectory, task: str) -> dict[str, dict[int, dict]]:
+    """query_id -> idx -> requests.jsonl row (the conditional requests only), read from the opened run directory."""
+    name = f"{task_dir_name(task)}/{REQUESTS_FILE}"
+    path = files.path / name
+    text = files.read_text(name, missing=(
+        f"{files.path} has no requests.jsonl for task {task}: the export reads the prompts the run scored from it; "
+        f"rerun the same `proctor run` command with --save-requests (the result cache answers it without the model) "
+        f"into a new --output"))
     out: dict[str, dict[int, dict]] = {}
     try:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             row = json.loads(line)
@@ -135,7 +138,7 @@ def _requests(run_dir: Path, task: str) -> dict[str, dict[int, dict]]:
                 raise ValueError(f"line {n} is not a request row")
             if not row.get("uncond"):
                 out.setdefault(str(row["query_id"]), {})[int(row["idx"])] = row
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise UserError(f"{path} is not a requests file as proctor writes it ({e}); rerun with --save-requests "
                         f"into a new --output") from None
     return out
@@ -236,9 +239,9 @@ def _is_choice(task: TaskRecord) -> bool:
     return task.kind == "choice"
 
 
-def export_targets(run_dir: Path, run: RunRecord, target: str) -> tuple[list[tuple[TaskRecord, list[Target]]],
-                                                                       dict[str, str]]:
-    """Each task's targets in the documented order, and the tasks left out (and why)."""
+def export_targets(files: CheckedDirectory, run: RunRecord, target: str) -> tuple[list[tuple[TaskRecord, list[Target]]],
+                                                                                 dict[str, str]]:
+    """Each task's targets in the documented order, and the tasks left out (and why); `files`: the opened run."""
     if target not in TARGETS:
         raise UserError(f"unknown --target {target!r}; choose one of {', '.join(TARGETS)}")
     out, left_out = [], {}
@@ -246,12 +249,12 @@ def export_targets(run_dir: Path, run: RunRecord, target: str) -> tuple[list[tup
         if task.kind == "perplexity":
             left_out[task.name] = "a perplexity task: its documents are text, not queries with a target"
             continue
-        path = str(run_dir / task_dir_name(task.name) / "requests.jsonl")
-        requests = _requests(run_dir, task.name)
+        path = str(files.path / task_dir_name(task.name) / REQUESTS_FILE)
+        requests = _requests(files, task.name)
         make = _choice_targets if _is_choice(task) else _generation_targets
         out.append((task, list(make(task, requests, target, path))))
     if not any(targets for _, targets in out):
-        raise UserError(f"{run_dir} has no query to export (its tasks: {', '.join(run.tasks)})")
+        raise UserError(f"{files.path} has no query to export (its tasks: {', '.join(run.tasks)})")
     return out, left_out
 
 
@@ -277,8 +280,11 @@ def _rows_digest(rows: dict[str, list]) -> str:
 
 
 def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokenizer: Optional[str] = None,
-                   overwrite: bool = False) -> ExportManifest:
-    """Write the export (see the module docstring) and return its manifest."""
+                   overwrite: bool = False, allow_edited: bool = False) -> ExportManifest:
+    """Write the export (see the module docstring) and return its manifest.
+
+    The run is read as `proctor.read_run` reads it (`allow_edited` as there), its requests.jsonl too.
+    """
     from datasets import Dataset, Features, Sequence as ListOf, Value
 
     from proctor.engine.tokens import TokenizationPolicy
@@ -286,10 +292,11 @@ def export_bergson(run_dir: Path, output: Path, *, target: str = "gold", tokeniz
     from proctor.outputs.owned import check_output_dir, staged_directory
     from proctor.runtime import open_tokenizer
 
-    run_dir = Path(run_dir).resolve()
     check_output_dir(Path(output), overwrite=overwrite)
-    run = read_run(run_dir)
-    tasks, left_out = export_targets(run_dir, run, target)
+    files = open_run(run_dir, allow_edited=allow_edited)   # a symbolic link loop: refused here, not by resolve()
+    run_dir = files.path = files.path.resolve()
+    run = read_run_files(files)
+    tasks, left_out = export_targets(files, run, target)
     model = run.model
     if tokenizer is None and model.model.startswith("<"):
         raise UserError(f"{run_dir} was run on a model object ({model.model}); pass its tokenizer with --tokenizer")

@@ -1,7 +1,8 @@
 """What proctor wrote, so that it replaces only its own files and never a user's.
 
 Every output directory proctor fills carries a manifest (`.proctor-manifest.json`) with
-the sha256 of each file it wrote there. A path may be replaced only when it is proctor's
+the sha256 and the size of each file it wrote there (sizes since proctor 0.1.0's run
+directories: an earlier manifest lists digests alone). A path may be replaced only when it is proctor's
 and unchanged since: a run directory whose every file its manifest lists (nothing added,
 nothing edited), or a single file listed in its directory's manifest. Anything else
 that already stands at an output path is refused with a message saying why.
@@ -23,31 +24,48 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from proctor.digests import file_sha256
-from proctor.errors import UserError
+from proctor.errors import UserError, option_named
 from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text, make_stage, unmark
 
 MANIFEST = ".proctor-manifest.json"
 FORMAT = "proctor-manifest/1"
 
 
-def read_manifest(directory: Path) -> Optional[dict[str, str]]:
-    """Read `directory`'s manifest: relative path -> sha256 of what proctor wrote; None without a valid one."""
-    path = directory / MANIFEST
+def parse_manifest(text: str) -> Optional[tuple[dict[str, str], dict[str, int]]]:
+    """Parse a manifest's text: (relative path -> sha256, relative path -> size); None unless it is one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("files"), dict):
         return None
-    files = data["files"]
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+    files, sizes = data["files"], data.get("sizes", {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()) or not isinstance(sizes, dict) \
+            or not all(type(v) is int and v >= 0 for v in sizes.values()):
         return None
-    return files
+    return files, {k: v for k, v in sizes.items() if k in files}
 
 
-def manifest_text(files: dict[str, str]) -> str:
-    """Render a manifest listing `files` (relative path -> sha256), sorted by path."""
-    return json.dumps({"format": FORMAT, "files": dict(sorted(files.items()))}, indent=1) + "\n"
+def read_manifest_sizes(directory: Path) -> Optional[tuple[dict[str, str], dict[str, int]]]:
+    """Read `directory`'s manifest: each file's sha256 and size as proctor wrote it; None without a valid one."""
+    try:
+        return parse_manifest((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def read_manifest(directory: Path) -> Optional[dict[str, str]]:
+    """Read `directory`'s manifest: relative path -> sha256 of what proctor wrote; None without a valid one."""
+    found = read_manifest_sizes(directory)
+    return None if found is None else found[0]
+
+
+def manifest_text(files: dict[str, str], sizes: Optional[dict[str, int]] = None) -> str:
+    """Render a manifest listing `files` (relative path -> sha256) and their `sizes`, sorted by path."""
+    listed = {"format": FORMAT, "files": dict(sorted(files.items()))}
+    if sizes:
+        listed["sizes"] = dict(sorted(sizes.items()))
+    return json.dumps(listed, indent=1) + "\n"
 
 
 def tree_digests(directory: Path) -> dict[str, str]:
@@ -112,7 +130,9 @@ def check_output_dir(final: Path, *, overwrite: bool, option: str = "--output") 
 
     New or empty: fine. An earlier proctor output, untouched: replaced only with
     `--overwrite`. A file, or a directory holding anything proctor did not write: refused.
+    `option` names the output in messages (from the `proctor` command, as its flag).
     """
+    option = option_named(option)
     final = Path(os.path.abspath(final))
     if final.is_symlink() or (final.exists() and not final.is_dir()):
         raise UserError(f"{option} {final} exists and is not a directory; choose a new path")
@@ -165,14 +185,14 @@ def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path.parent):
         check_output_file(path, option=option)  # again, now that no other proctor can race us
-        files = read_manifest(path.parent)
-        if files is None and (path.parent / MANIFEST).exists():
+        found = read_manifest_sizes(path.parent)
+        if found is None and (path.parent / MANIFEST).exists():
             raise UserError(f"{path.parent / MANIFEST} is not a proctor manifest; proctor never "
                             "replaces it: move it away or choose another output directory")
-        files = dict(files or {})
+        files, sizes = (dict(found[0]), dict(found[1])) if found is not None else ({}, {})
         atomic_write_bytes(path, data)
-        files[path.name] = hashlib.sha256(data).hexdigest()
-        atomic_write_text(path.parent / MANIFEST, manifest_text(files))
+        files[path.name], sizes[path.name] = hashlib.sha256(data).hexdigest(), len(data)
+        atomic_write_text(path.parent / MANIFEST, manifest_text(files, sizes))
 
 
 def _write_failure(final: Path, e: OSError) -> UserError:
@@ -200,7 +220,9 @@ def staged_directory(final: Path, *, overwrite: bool = False, option: str = "--o
     try:
         yield stage
         unmark(stage)
-        atomic_write_text(stage / MANIFEST, manifest_text(tree_digests(stage)))
+        digests = tree_digests(stage)
+        sizes = {rel: (stage / rel).stat().st_size for rel in digests}
+        atomic_write_text(stage / MANIFEST, manifest_text(digests, sizes))
         check_output_dir(final, overwrite=overwrite, option=option)  # nothing appeared meanwhile
         if final.is_dir() and any(final.iterdir()):
             old = make_stage(final.parent, final.name, "old")

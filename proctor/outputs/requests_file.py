@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
+from proctor.outputs.checked import CheckedDirectory
 from proctor.requests import Chat
 
 #: the file's name in each task's directory of a run
@@ -80,16 +80,20 @@ def _context_text(request: Mapping[str, Any]) -> Optional[str]:
     return json.dumps(context, ensure_ascii=False, indent=1)
 
 
-def read_prompts(path: Path) -> Optional[dict[str, Prompt]]:
+def read_prompts(files: CheckedDirectory, name: str) -> Optional[dict[str, Prompt]]:
     """Read query_id -> Prompt from one task's requests.jsonl (written with `request_rows`).
 
-    A prompt is the first request's context, and for choice tasks each choice's continuation in
-    `idx` order; unconditional requests are left out. None: no file, or one that cannot be read.
+    `name`: the file's path in the run directory `files`, which checks it against the run's
+    manifest (UserError). A prompt is the first request's context, and for choice tasks each
+    choice's continuation in `idx` order; unconditional requests are left out. None: no file,
+    or one (edited, and read with `allow_edited`) that is not JSON Lines.
     """
+    if not files.exists(name):
+        return None
+    text = files.read_text(name)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        rows = [json.loads(line) for line in lines if line.strip()]
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (ValueError, RecursionError):
         return None
     contexts: dict[str, Optional[str]] = {}
     choices: dict[str, dict[int, str]] = {}

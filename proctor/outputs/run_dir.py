@@ -1,7 +1,8 @@
 """The run directory: written from a `RunRecord` and read back into one (`read_run`).
 
 Every shape is defined in `proctor.outputs.records`; this module only lays the files out
-and parses them back, refusing a directory it cannot read as one clear UserError.
+and parses them back, refusing a directory it cannot read as one clear UserError. Every
+file is read checked against the run's manifest (`proctor.outputs.checked`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from proctor.errors import UserError
 from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text
+from proctor.outputs.checked import CheckedDirectory
 from proctor.outputs.owned import staged_directory
 from proctor.outputs.records import (
     FORMAT_VERSION,
@@ -114,54 +116,67 @@ def write_run(record: RunRecord, directory: Union[str, "os.PathLike[str]"], *, o
     write_run_directory(Path(directory), record, overwrite=overwrite)
 
 
-def _load_json(path: Path) -> Any:
+def _parse_json(text: str, path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path.parent} is not a finished run directory (no {path.name})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"cannot read {path}: {e}") from None
 
 
-def _load_jsonl(path: Path) -> list[Any]:
-    try:
-        lines = path.read_text(encoding="utf-8").split("\n")
-        return [json.loads(line) for line in lines if line.strip()]
-    except FileNotFoundError:
-        raise UserError(f"{path} is missing; the run directory is incomplete") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UserError(f"cannot read {path}: {e}") from None
+def _parse_jsonl(text: str, path: Path) -> list[Any]:
+    return [_parse_json(line, path) for line in text.split("\n") if line.strip()]
 
 
-def read_metrics(directory: Path) -> dict[str, Any]:
+def open_run(directory: Union[str, "os.PathLike[str]"], *, allow_edited: bool = False) -> CheckedDirectory:
+    """Open a run directory to read its files, each checked against its manifest (see `read_run`)."""
+    return CheckedDirectory(directory, allow_edited=allow_edited, what="run directory", needs=METRICS)
+
+
+def read_metrics(directory: Union[Path, CheckedDirectory]) -> dict[str, Any]:
     """Read a run's metrics.json, its format version checked (UserError otherwise)."""
-    metrics = _load_json(directory / METRICS)
+    files = directory if isinstance(directory, CheckedDirectory) else open_run(directory)
+    path = files.path / METRICS
+    metrics = _parse_json(files.read_text(METRICS, missing=f"{files.path} is not a finished run directory (no "
+                                                             f"{METRICS})"), path)
     version = metrics.get("format_version") if isinstance(metrics, dict) else None
     if version != FORMAT_VERSION:
         found = "no format_version (written before proctor's run format was versioned)" if version is None \
             else f"format_version {version!r}"
-        raise UserError(f"{directory / METRICS} has {found}; this proctor reads format_version "
+        raise UserError(f"{path} has {found}; this proctor reads format_version "
                         f"{FORMAT_VERSION}: rerun the evaluation with this version, or read it with the "
                         f"proctor that wrote it")
     return metrics
 
 
-def read_run(directory: Union[str, Path]) -> RunRecord:
+def read_run(directory: Union[str, Path], *, allow_edited: bool = False) -> RunRecord:
     """Read a run directory this version of proctor wrote (`write_run`, `proctor run --output`).
 
-    Anything else is a UserError: a missing or unfinished run, an unknown `format_version`,
-    or a file that does not have the shape proctor writes.
+    Each of the run's files (metrics.json, the sidecar in both formats, each task's
+    predictions.jsonl and requests.jsonl) is checked against the run's manifest first: a file
+    changed after proctor wrote it, or a directory without its manifest, is refused unless
+    `allow_edited`. Anything else is a UserError too: a missing or unfinished run, a file
+    that is not a regular file, an unknown `format_version`, or a file that does not have the
+    shape proctor writes.
     """
-    directory = Path(directory)
-    metrics = read_metrics(directory)
+    return read_run_files(open_run(directory, allow_edited=allow_edited))
+
+
+def read_run_files(files: CheckedDirectory) -> RunRecord:
+    """Read the run in an opened run directory (`open_run`), as `read_run` does."""
+    directory = files.path
+    metrics = read_metrics(files)
     try:
         sidecar: dict[str, list[QueryMetadata]] = defaultdict(list)
-        for row in _load_jsonl(directory / SIDECAR_JSONL):
+        for row in _parse_jsonl(files.read_text(SIDECAR_JSONL), directory / SIDECAR_JSONL):
             sidecar[row["task"]].append(QueryMetadata(**row))
+        files.check(SIDECAR_PARQUET)
         tasks = {}
         for name, entry in metrics["tasks"].items():
             make = RECORD_READERS[entry["kind"]]
-            rows = _load_jsonl(directory / task_dir_name(name) / "predictions.jsonl")
+            predictions = f"{task_dir_name(name)}/predictions.jsonl"
+            rows = _parse_jsonl(files.read_text(predictions), directory / predictions)
+            if files.exists(f"{task_dir_name(name)}/{REQUESTS_FILE}"):
+                files.check(f"{task_dir_name(name)}/{REQUESTS_FILE}")
             tasks[name] = TaskRecord.from_summary(name, entry, tuple(make(r) for r in rows),
                                                   tuple(sidecar.get(name, ())))
         run = metrics["run_config"]

@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Optional, Sequence, Union
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
-from proctor.errors import UserError
+from proctor.errors import UserError, asked_as
 from proctor.metrics.clusters import CLUSTER_COLUMNS
 from proctor.metrics.stats import Z95, ClusteredMean
+from proctor.outputs.checked import CheckedDirectory
 from proctor.outputs.records import RunRecord, SpecScore, TaskRecord, finite
 from proctor.outputs.requests_file import REQUESTS_FILE, Prompt, read_prompts
-from proctor.outputs.run_dir import read_run, task_dir_name
+from proctor.outputs.run_dir import open_run, read_run_files, task_dir_name
 from proctor.report.analysis import (
     CALIBRATION_BINS,
     JSON,
@@ -583,12 +584,14 @@ def render_report(runs: Sequence[RunRecord], names: Sequence[str],
     return _page(title, [s for s in sections if s is not None], charts, data)
 
 
-def read_run_prompts(run_dir: Path, run: RunRecord) -> dict[str, dict[str, Prompt]]:
+def read_run_prompts(run_dir: Union[str, Path, CheckedDirectory], run: RunRecord) -> dict[str, dict[str, Prompt]]:
     """Read task -> query_id -> Prompt from each task's requests.jsonl (`--save-requests`).
 
-    A task without the file (or with one that cannot be read) is left out.
+    `run_dir`: the run directory, or it opened (`open_run`) to read edited files. A task
+    without the file (or, read with `allow_edited`, with one that is not JSON Lines) is left out.
     """
-    found = {name: read_prompts(Path(run_dir) / task_dir_name(name) / REQUESTS_FILE) for name in run.tasks}
+    files = run_dir if isinstance(run_dir, CheckedDirectory) else open_run(run_dir)
+    found = {name: read_prompts(files, f"{task_dir_name(name)}/{REQUESTS_FILE}") for name in run.tasks}
     return {name: prompts for name, prompts in found.items() if prompts is not None}
 
 
@@ -601,17 +604,17 @@ def _check_output(output: Path, overwrite: bool) -> None:
 
     check_output_file(output, option="report")
     if output.exists() and not overwrite:
-        raise UserError(f"report {output} holds an earlier proctor report; pass --overwrite (overwrite=True) "
+        raise UserError(f"report {output} holds an earlier proctor report; pass {asked_as('overwrite')} "
                         "to replace it, or choose a new path")
 
 
 def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path], *, cluster_by: Optional[str] = None,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, allow_edited: bool = False) -> None:
     """Write the HTML report of `run_dirs` to `output`, atomically.
 
     The report is recorded in its directory's proctor manifest (so that only proctor's own
     report is ever replaced). Two runs also get the paired comparison; UserError for a run
-    proctor cannot read.
+    proctor cannot read (`allow_edited`: as `proctor.read_run`).
     """
     from proctor.outputs.owned import write_owned_file
 
@@ -621,8 +624,8 @@ def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path],
         raise UserError(f"cannot cluster by {cluster_by!r}; choose one of {', '.join(CLUSTER_COLUMNS)}")
     output = Path(os.path.abspath(output))
     _check_output(output, overwrite)
-    dirs = [Path(d) for d in run_dirs]
-    runs = [read_run(d) for d in dirs]
+    dirs = [open_run(d, allow_edited=allow_edited) for d in run_dirs]
+    runs = [read_run_files(d) for d in dirs]
     prompts: dict[str, dict[str, Prompt]] = {}
     for directory, run in zip(dirs, runs):
         for task, by_id in read_run_prompts(directory, run).items():
@@ -632,7 +635,7 @@ def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path],
         from proctor.compare import compare_records
 
         try:
-            comparison = compare_records(runs[0], runs[1], cluster_by, names=(str(dirs[0]), str(dirs[1])))
+            comparison = compare_records(runs[0], runs[1], cluster_by, names=(str(dirs[0].path), str(dirs[1].path)))
         except UserError:   # runs of different specs: the report says there is no paired comparison
             comparison = None
     text = render_report(runs, [str(d) for d in run_dirs], comparison, cluster_by, prompts=prompts)
