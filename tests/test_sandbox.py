@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from proctor.errors import UserError
+import proctor.sandbox
 from proctor.sandbox import (Candidate, Isolation, Limits, Outcome, SandboxInfo, _wire, detect, isolation,
-                             judge, judge_many, run_many, run_program)
+                             judge, judge_many)
 from proctor.sandbox.isolation import SANDBOX_UID_BASE, SLOTS
 
 INFO = detect()
@@ -26,8 +27,18 @@ procs_bounded = pytest.mark.skipif(not (INFO.drops_uid or "pids" in INFO.cgroups
                                    reason=f"no process limit here ({INFO.describe()})")
 
 
-def run(src: str, limits: Limits = FAST):
-    return run_program(textwrap.dedent(src), limits, allow_unsafe_exec=not INFO.network_isolated)
+#: what `ran` appends to a program and the tests that call it: the program passes when it
+#: loads to its end and the tester's call of `ran_to_the_end` then gets True
+PROBE, CALLS_PROBE = "\n\ndef ran_to_the_end():\n    return True\n", "def check(candidate):\n    assert candidate() is True\n"
+
+
+def ran(src: str) -> Candidate:
+    """A whole program as a candidate: its module code runs in the candidate process, the tester judges."""
+    return Candidate(textwrap.dedent(src) + PROBE, "ran_to_the_end", "", CALLS_PROBE)
+
+
+def run(src: str, limits: Limits = FAST, allow_unsafe_exec: bool = not INFO.network_isolated):
+    return judge(ran(src), limits, allow_unsafe_exec=allow_unsafe_exec)
 
 
 def sandbox_processes() -> list[int]:
@@ -83,15 +94,29 @@ def test_exiting_before_the_tests_run_is_not_a_pass():
         assert r.outcome is Outcome.FAILED, (early, r)
 
 
-def test_a_forked_copy_finishing_the_program_does_not_count():
-    r = run("""
+def test_a_forked_copy_is_judged_by_the_tests_too():
+    r = judge(Candidate(textwrap.dedent("""
         import os
-        pid = os.fork()
-        if pid:
-            os.waitpid(pid, 0)
-            assert False, "the parent fails"
-        """)
-    assert r.outcome is Outcome.FAILED and "the parent fails" in r.detail
+        if os.fork() == 0:
+            def f():
+                return 2
+        else:
+            def f():
+                return 1
+        """), "f", "", "def check(candidate):\n    assert candidate() == 1\n"), FAST,
+        allow_unsafe_exec=not INFO.network_isolated)
+    assert r.outcome in (Outcome.PASSED, Outcome.FAILED), r   # whichever answers, the tests judge its answer
+    wrong = judge(Candidate("import os\nos.fork()\ndef f():\n    return 2\n", "f", "",
+                            "def check(candidate):\n    assert candidate() == 1\n"), FAST,
+                  allow_unsafe_exec=not INFO.network_isolated)
+    assert wrong.outcome is Outcome.FAILED, wrong
+
+
+def test_there_is_no_self_judging_mode():
+    """Issue 36: a program that runs its own tests can forge the verdict, so the sandbox has no such mode."""
+    assert not hasattr(proctor.sandbox, "run_program") and not hasattr(proctor.sandbox, "run_many")
+    from proctor.sandbox import run as run_module
+    assert not hasattr(run_module, "run_program") and not hasattr(run_module, "run_many")
 
 
 def test_infinite_loops_time_out():
@@ -218,8 +243,8 @@ def test_huge_output_is_bounded():
 
 
 def test_many_programs_in_parallel_keep_their_order():
-    sources = [f"assert {i} % 3 != 0" for i in range(12)]
-    results = run_many(sources, FAST, workers=4, allow_unsafe_exec=not INFO.network_isolated)
+    sources = [ran(f"assert {i} % 3 != 0") for i in range(12)]
+    results = judge_many(sources, FAST, workers=4, allow_unsafe_exec=not INFO.network_isolated)
     assert [r.outcome is Outcome.PASSED for r in results] == [i % 3 != 0 for i in range(12)]
 
 
@@ -227,15 +252,14 @@ def test_no_network_isolation_is_refused_unless_allowed(monkeypatch):
     weak = SandboxInfo(Isolation.NONE, drops_uid=INFO.drops_uid)
     monkeypatch.setattr(isolation, "detect", lambda: weak)
     with pytest.raises(UserError, match="--allow-unsafe-exec"):
-        run_program("pass")
+        run("pass", allow_unsafe_exec=False)
     with pytest.raises(UserError, match="--allow-unsafe-exec"):
-        run_many(["pass"])
-    r = run_program("import os\nprint(os.getcwd())\nopen('f', 'w').write('x')\n", FAST,
-                    allow_unsafe_exec=True)
+        judge_many([ran("pass")])
+    r = run("import os\nprint(os.getcwd())\nopen('f', 'w').write('x')\n", FAST, allow_unsafe_exec=True)
     assert r.outcome is Outcome.PASSED, r
     workdir = r.output.strip()
     assert workdir.startswith("/tmp/proctor-sandbox-") and not Path(workdir).exists()
-    assert run_program("while True: pass", Limits(wall_s=1.0), allow_unsafe_exec=True).outcome is Outcome.TIMEOUT
+    assert run("while True: pass", Limits(wall_s=1.0), allow_unsafe_exec=True).outcome is Outcome.TIMEOUT
 
 
 # ---- the split check: a candidate function, trusted tests in another process ---------
@@ -357,7 +381,7 @@ def roundtrip(value):
 def test_plain_values_roundtrip_exactly():
     values = [None, True, False, 0, -7, 2 ** 64, -(2 ** 900), 1.5, -0.0, float("inf"), float("-inf"),
               "", "héllo\udcff", b"\x00\xff", bytearray(b"ab"), [1, [2, [3]]], (1, (2,)), {1: {"a": (1,)}},
-              {1, 2}, frozenset({(1, 2)}), {(1, "a"): frozenset({None})}]
+              {1, 2}, frozenset({(1, 2)}), {(1, "a"): frozenset({None})}, 1j, complex(-0.5, 2.0 ** 70)]
     for v in values:
         got = roundtrip(v)
         assert got == v and type(got) is type(v), (v, got)
@@ -371,7 +395,7 @@ def test_subclasses_go_as_their_base_type_and_other_types_are_refused():
             return True
     got = roundtrip([Sneaky(3)])
     assert type(got[0]) is int and got[0] == 3 and got[0] != 4
-    for bad in (object(), lambda: 1, iter([1]), 1j, _deep(200)):
+    for bad in (object(), lambda: 1, iter([1]), _deep(200)):
         with pytest.raises(_wire.WireError):
             _wire.to_plain(bad)
     with pytest.raises(_wire.WireError):

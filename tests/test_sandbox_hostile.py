@@ -22,10 +22,10 @@ import pytest
 import proctor
 from proctor import sandbox
 from proctor.requests import GenerateResult, Generation
-from proctor.sandbox import Isolation, Limits, Outcome, cgroups, leftovers, run_program
+from proctor.sandbox import Isolation, Limits, Outcome, cgroups, judge, leftovers
 from proctor.tasks.registry import resolve
 
-from test_sandbox import sandbox_processes
+from test_sandbox import ran, sandbox_processes
 
 INFO = sandbox.detect()
 UNSAFE_OK = not INFO.network_isolated
@@ -494,7 +494,8 @@ def test_probing_completions_find_nothing(problems):
 # ---- what a sandboxed program can reach of the host ---------------------------------
 
 def run(src: str, limits: Limits = FAST):
-    return run_program(textwrap.dedent(src), limits, allow_unsafe_exec=UNSAFE_OK)
+    """A whole program in the candidate process (`test_sandbox.ran`): it passes when it loads to its end."""
+    return judge(ran(textwrap.dedent(src)), limits, allow_unsafe_exec=UNSAFE_OK)
 
 
 @own_root
@@ -646,14 +647,16 @@ def test_host_processes_are_invisible():
 
 KILLED_EVALUATOR = """
 import sys
-from proctor.sandbox import Candidate, Limits, judge_many, run_many
+from proctor.sandbox import Candidate, Limits, judge_many
 limits = Limits(wall_s=30.0)
 slow = "import time\\ntime.sleep(60)\\n"
-if sys.argv[1] == "run_many":
-    run_many([slow] * 4, limits, workers=2, allow_unsafe_exec=True)
-else:
-    judge_many([Candidate(slow + "def f():\\n    pass\\n", "f", "", "def check(c):\\n    c()\\n")] * 4,
-               limits, workers=2, allow_unsafe_exec=True)
+call = "def check(c):\\n    c()\\n"
+if sys.argv[1] == "loading":     # the candidate sleeps while its module loads
+    judge_many([Candidate(slow + "def f():\\n    pass\\n", "f", "", call)] * 4, limits, workers=2,
+               allow_unsafe_exec=True)
+else:                            # the candidate sleeps in a call of the tests
+    judge_many([Candidate("def f():\\n    import time\\n    time.sleep(60)\\n", "f", "", call)] * 4, limits,
+               workers=2, allow_unsafe_exec=True)
 """
 
 
@@ -681,7 +684,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not INFO.network_isolated, reason="no PID namespace here")
-@pytest.mark.parametrize("entry", ["run_many", "judge_many"])
+@pytest.mark.parametrize("entry", ["loading", "calling"])
 def test_a_killed_evaluator_leaves_no_sandbox_running_and_the_next_run_cleans_up(entry):
     evaluator = subprocess.Popen([sys.executable, "-c", KILLED_EVALUATOR, entry],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

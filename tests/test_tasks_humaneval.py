@@ -77,18 +77,14 @@ def test_program_is_prompt_completion_newline_lm_eval_target(instances, data_dir
     assert instances[0].query_id == "humaneval::greedy#HumanEval/0"
 
 
-def test_samples_are_judged_split_never_as_one_self_reporting_program(instances, monkeypatch):
+def test_samples_are_judged_split_never_as_one_self_reporting_program(instances):
     """The completed function runs in the sandbox; the prompt (its helpers) and the tests
     run in the trusted tester; the single lm-eval program is never run."""
     target = instances[0].target
     c = target.candidate("    return False\n")
     assert (c.source, c.prelude, c.test, c.entry_point) == (
         target.prompt + "    return False\n", target.prompt, target.test, "has_close_elements")
-
-    def refuse(*a, **k):
-        raise AssertionError("HumanEval must not run self-judging programs")
-    monkeypatch.setattr(sandbox, "run_many", refuse)
-    monkeypatch.setattr(sandbox, "run_program", refuse)
+    assert not hasattr(sandbox, "run_many") and not hasattr(sandbox, "run_program")   # no such mode (issue 36)
     [score] = task().score_many([instances[0]], [results(target.canonical_solution)])
     assert score.is_correct
 

@@ -243,6 +243,7 @@ class HarnessTask(Task):
                 lm_inst.resps = lm_eval_response(request, results[request.key])
                 lm_inst.filtered_resps = {}
         task.apply_filters()
+        code_eval.register_prompts(task, [inst.doc for inst in instances])   # the tests' trusted prelude
         raw: dict[tuple[str, str], list] = defaultdict(list)
         doc_metrics: list[dict[str, JSON]] = [{} for _ in instances]
         filtered: list[dict[str, JSON]] = [{} for _ in instances]

@@ -8,12 +8,12 @@ Everything here runs beside the generated code, which may rewrite any of it; tha
 harmless, as all this process can do is send bytes, and the tester trusts none of them
 beyond their decoded plain value.
 
-`run_program`: executes a whole program and reports whether it ran to its end (the
-program judges itself: only for code that holds no tests it could skip).
+The module runs in globals of its own with no `__name__`, as human-eval's and HF
+evaluate's code_eval `exec` it, so its `if __name__ == "__main__":` block does not run
+(the name reads as the builtins module's, "builtins").
 """
 
 import builtins
-import json
 import os
 import sys
 from typing import Callable
@@ -43,7 +43,7 @@ def _flush() -> None:
 
 def _load(source: str, entry_point: str) -> tuple[Callable[..., object] | None, dict | None]:
     """Load the program: return (its entry point, None), or (None, the setup_error message)."""
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = {"__builtins__": builtins}
     try:
         exec(compile(source, "program.py", "exec"), namespace)
     except SyntaxError as e:
@@ -95,30 +95,3 @@ def serve(source: str, entry_point: str, fd: int) -> None:
         except _wire.WireError as e:   # e.g. a return value over the size limit
             _wire.send(fd, {"error": str(e)[:300]})
 
-
-def run_program(source: str, fd: int) -> None:
-    """Run `source` as __main__, then write one JSON line to `fd`: how it ended, with our pid.
-
-    The pid tells apart a forked copy of the program reaching the end.
-    """
-    try:
-        code = compile(source, "program.py", "exec")
-    except SyntaxError as e:
-        record = {"outcome": "failed", "detail": f"SyntaxError: {e}"[:300]}
-    else:
-        try:
-            exec(code, {"__name__": "__main__", "__builtins__": builtins})
-        except MemoryError:
-            record = {"outcome": "memory", "detail": "MemoryError"}
-        except SystemExit as e:
-            record = {"outcome": "failed", "detail": f"{_describe(e)} before the tests finished"}
-        except BaseException as e:
-            record = {"outcome": "failed", "detail": _describe(e)}
-        else:
-            record = {"outcome": "passed", "detail": ""}
-    _flush()
-    try:
-        os.write(fd, (json.dumps({"pid": os.getpid(), **record}) + "\n").encode())
-    except OSError:
-        pass
-    os._exit(0)

@@ -6,18 +6,20 @@ here instead).
 
 It runs inside the namespaces the evaluator set up (usually as PID 1 of a new PID
 namespace, root of a new mount namespace) and reads its job from stdin as `_wire`
-messages: first the public part (limits, identities, the candidate's source), and, for
-a check, the tests only after the candidate's process exists. Then:
+messages: first the public part (limits, identities, the candidate's source), then the
+tests, only after the candidate's process exists. Then:
 
 1. joins the per-run cgroups, builds the new root and pivots into it (`_rootfs`);
 2. forks the candidate (`_candidate`): its own fds, rlimits and uid (`_confine`); it
    never holds stdin, the result fd or the tester's verdict fd, and it was forked before
    the tests were read, so they are nowhere in its memory;
-3. for a check, forks the tester (`_tester`) under another uid, which runs the tests
-   against a proxy of the candidate and writes the verdict on a pipe of its own;
-4. waits for the verdict (or, for a plain program, for the program's exit) within the
-   wall-clock limit, kills every process of the run, and writes one JSON record to
-   RESULT_FD.
+3. forks the tester (`_tester`) under another uid, which runs the tests against a proxy
+   of the candidate and writes the verdict on a pipe of its own;
+4. waits for the verdict within the wall-clock limit, kills every process of the run,
+   and writes one JSON record to RESULT_FD.
+
+There is no run that passes a program for reaching its end: the verdict is the
+tester's, written where the candidate cannot reach.
 
 stdin stays open for the whole run: its end-of-file means the evaluator died, and the
 run is killed at once. When this process exits as PID 1, the kernel kills everything
@@ -101,10 +103,7 @@ def _fork_candidate(job: dict, workdir: str, fd: int) -> int:
         _confine.keep_only_fds({3: fd})
         _confined(job, job["uid"], workdir, {**job["env"], "HOME": workdir, "TMPDIR": workdir},
                   job["max_procs"])
-        if job["mode"] == "check":
-            _candidate.serve(job["source"], job["entry_point"], 3)
-        else:
-            _candidate.run_program(job["source"], 3)
+        _candidate.serve(job["source"], job["entry_point"], 3)
     except BaseException as e:
         print(f"sandbox: candidate setup failed: {e!r}", file=sys.stderr)
     os._exit(70)
@@ -123,13 +122,13 @@ def _fork_tester(job: dict, trusted: dict, fd: int, verdict_fd: int) -> int:
     os._exit(70)
 
 
-def _collect(fd: int, deadline: float, until_exit: int | None = None) -> tuple[bytes, bool]:
-    """Read `fd` until EOF (or, with `until_exit`, a pidfd, until that process exits).
+def _collect(fd: int, deadline: float) -> tuple[bytes, bool]:
+    """Read `fd` until EOF.
 
     Return what was read and whether the deadline came first. Raises EvaluatorGone.
     """
     data = bytearray()
-    watched = [fd, LIFELINE] + ([until_exit] if until_exit is not None else [])
+    watched = [fd, LIFELINE]
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -139,20 +138,10 @@ def _collect(fd: int, deadline: float, until_exit: int | None = None) -> tuple[b
             raise EvaluatorGone()
         if fd in ready:
             chunk = os.read(fd, 65536)
-            if not chunk and until_exit is None:
-                return bytes(data), False
             if not chunk:
-                watched.remove(fd)
-            elif len(data) < 65536:
+                return bytes(data), False
+            if len(data) < 65536:
                 data += chunk
-        if until_exit is not None and until_exit in ready:
-            os.set_blocking(fd, False)
-            try:
-                while len(data) < 65536 and (chunk := os.read(fd, 65536)):
-                    data += chunk
-            except BlockingIOError:
-                pass
-            return bytes(data), False
 
 
 def _exit_status(pid: int) -> int | None:
@@ -253,30 +242,6 @@ def _run_check(job: dict, workdir: str, deadline: float, pids: list[int]) -> dic
     return record
 
 
-def _run_program(job: dict, workdir: str, deadline: float, pids: list[int]) -> dict:
-    report_r, report_w = os.pipe()
-    child = _fork_candidate(job, workdir, report_w)
-    pids.append(child)
-    os.close(report_w)
-    pidfd = os.pidfd_open(child)
-    raw, timed_out = _collect(report_r, deadline, until_exit=pidfd)
-    os.close(pidfd)
-    exit_code = None if timed_out else _exit_status(child)
-    program = None
-    for line in raw.decode("utf-8", "replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        # Only the runner's own child counts: a copy it forked also runs to the end.
-        if isinstance(rec, dict) and rec.get("pid") == child:
-            program = rec
-            break
-    os.close(report_r)
-    return {"mode": "program", "program": program, "timed_out": timed_out,
-            "exit_code": exit_code}
-
-
 def main() -> None:
     result_fd = int(sys.argv[1])
     _confine.prctl(_confine.PR_SET_DUMPABLE, 0)
@@ -296,8 +261,7 @@ def main() -> None:
     deadline = start + job["wall_s"]
     pids: list[int] = []
     try:
-        run = _run_check if job["mode"] == "check" else _run_program
-        record = run(job, workdir, deadline, pids)
+        record = _run_check(job, workdir, deadline, pids)
     except (EvaluatorGone, EOFError, _wire.WireError):
         _kill_everything(job, pids)
         os._exit(1)

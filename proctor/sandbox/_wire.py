@@ -7,7 +7,7 @@ A value is encoded to a JSON tree in which every non-JSON-native value is a tagg
 `["i", hex]` for ints too big for a JSON number, `["f", float.hex()]` (exact, with inf,
 nan and -0.0), `["b", hex]` bytes, `["ba", hex]` bytearray, `["l", [...]]` list,
 `["t", [...]]` tuple, `["s", [...]]` set, `["fs", [...]]` frozenset, `["d", [[k, v],
-...]]` dict; null, true, false, strings and ints below 2**63 are themselves. Subclasses
+...]]` dict, `["c", "<real hex> <imag hex>"]` complex; null, true, false, strings and ints below 2**63 are themselves. Subclasses
 of these types are sent as their base type (so an `__eq__` override never crosses);
 anything else, a tree deeper than `MAX_DEPTH` or a message over `MAX_MESSAGE` bytes is a
 `WireError`. Decoding builds fresh objects of exactly these types, whatever it is given.
@@ -46,6 +46,9 @@ def to_plain(value: Any, depth: int = 0) -> object:
         return n if -_SMALL_INT < n < _SMALL_INT else ["i", int.__format__(n, "x")]
     if issubclass(kind, float):
         return ["f", float.hex(float.__float__(value))]
+    if issubclass(kind, complex):
+        parts = (complex.real.__get__(value), complex.imag.__get__(value))
+        return ["c", " ".join(map(float.hex, parts))]
     if issubclass(kind, str):
         return str.__str__(value)
     if issubclass(kind, bytes):
@@ -88,6 +91,9 @@ def from_plain(tree: Any, depth: int = 0) -> Any:
             return int(payload, 16)
         if tag == "f":
             return float.fromhex(payload)
+        if tag == "c":
+            real, imag = payload.split(" ")
+            return complex(float.fromhex(real), float.fromhex(imag))
         if tag == "b":
             return bytes.fromhex(payload)
         if tag == "ba":

@@ -6,10 +6,11 @@ the output (keeping only the first `output_bytes`) and the runner's one result r
 and turns them into an `ExecResult` (`verdict.judge`). The runner enforces the
 wall-clock limit itself; the evaluator kills the whole sandbox if even that is overrun.
 
-- `judge(candidate)`: a function tested by trusted code in another process (HumanEval);
-  the only way to a pass is the tester's verdict.
-- `run_program(source)`: a whole program that passes when it runs to its end. The
-  program judges itself, so it is only for code with nothing to hide from it.
+`judge(candidate)` tests a function with trusted code in another process (HumanEval):
+the only way to a pass is the tester's verdict. There is no mode that runs a whole
+program and passes it for running to its end: such a program judges itself, and code
+can forge that verdict from inside (patch what the tests call, return an always-equal
+object, exit early), so tests always run in the tester (issue 36).
 
 Each public entry first removes what dead runs left (`leftovers.sweep`).
 """
@@ -35,8 +36,7 @@ from proctor.sandbox.cgroups import RunCgroups
 from proctor.sandbox.isolation import Isolation, SandboxInfo
 from proctor.sandbox.records import Candidate, ExecResult, Limits, Outcome
 
-__all__ = ["Candidate", "ExecResult", "Limits", "Outcome", "default_workers", "judge", "judge_many",
-           "run_many", "run_program"]
+__all__ = ["Candidate", "ExecResult", "Limits", "Outcome", "default_workers", "judge", "judge_many"]
 
 STARTUP_GRACE_S = 10.0   # interpreter + namespace start-up, on a loaded machine
 BWRAP_WORKDIR = "/tmp/sandbox"
@@ -50,12 +50,12 @@ for _slot in range(isolation.SLOTS):
     _SLOTS.put(_slot)
 
 
-def _job(mode: str, source: str, entry_point: Optional[str], limits: Limits, info: SandboxInfo,
+def _job(source: str, entry_point: str, limits: Limits, info: SandboxInfo,
          slot: int, workdir: Optional[str], cgroup_procs: list[str]) -> dict:
     """Build the public part of a job: everything but the tests."""
     uid = isolation.candidate_uid(slot) if info.drops_uid else None
     return {
-        "mode": mode, "source": source, "entry_point": entry_point,
+        "source": source, "entry_point": entry_point,
         "uid": uid, "gid": uid, "tester_uid": isolation.tester_uid(slot) if info.drops_uid else None,
         "env": SANDBOX_ENV, "workdir": workdir, "cgroup_procs": cgroup_procs,
         "root": isolation.root_layout().as_job() if info.isolation is Isolation.NAMESPACES else None,
@@ -147,8 +147,7 @@ def _record(raw: bytes) -> Optional[dict]:
     return None
 
 
-def _run(mode: str, source: str, entry_point: Optional[str], trusted: Optional[dict],
-         limits: Limits, info: SandboxInfo) -> ExecResult:
+def _run(source: str, entry_point: str, trusted: dict, limits: Limits, info: SandboxInfo) -> ExecResult:
     slot = _SLOTS.get()
     workdir = cgroups = None
     try:
@@ -156,10 +155,10 @@ def _run(mode: str, source: str, entry_point: Optional[str], trusted: Optional[d
                              enabled=bool(info.cgroups))
         if info.isolation is Isolation.NONE:   # no root of its own: a host directory, removed below
             workdir = leftovers.host_workdir()
-        job = _job(mode, source, entry_point, limits, info, slot,
+        job = _job(source, entry_point, limits, info, slot,
                    BWRAP_WORKDIR if info.isolation is Isolation.BWRAP else workdir, cgroups.procs_files)
         try:
-            to_send = b"".join(map(_wire.frame, [job] + ([trusted] if trusted is not None else [])))
+            to_send = _wire.frame(job) + _wire.frame(trusted)
         except _wire.WireError as e:
             return ExecResult(Outcome.ERROR, f"cannot hand the job to the sandbox: {e}", "", False, 0.0)
         res_r, res_w = os.pipe()
@@ -229,17 +228,4 @@ def judge_many(candidates: Sequence[Candidate], limits: Limits = Limits(), *,
     """Run `judge` for each candidate, `workers` at a time; results in input order."""
     info = _ready(allow_unsafe_exec)   # refuse before starting any
     trusted = lambda c: {"prelude": c.prelude, "test": c.test}   # noqa: E731
-    return _pooled(lambda c: _run("check", c.source, c.entry_point, trusted(c), limits, info),
-                   candidates, workers)
-
-
-def run_program(source: str, limits: Limits = Limits(), *, allow_unsafe_exec: bool = False) -> ExecResult:
-    """Run one program in its own sandbox; it passes when it runs to its end."""
-    return run_many([source], limits, workers=1, allow_unsafe_exec=allow_unsafe_exec)[0]
-
-
-def run_many(sources: Sequence[str], limits: Limits = Limits(), *, workers: Optional[int] = None,
-             allow_unsafe_exec: bool = False) -> list[ExecResult]:
-    """Run `run_program` for each source, `workers` at a time; results in input order."""
-    info = _ready(allow_unsafe_exec)
-    return _pooled(lambda s: _run("program", s, None, None, limits, info), sources, workers)
+    return _pooled(lambda c: _run(c.source, c.entry_point, trusted(c), limits, info), candidates, workers)

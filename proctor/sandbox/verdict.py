@@ -1,8 +1,7 @@
 """From the runner's record (and what the evaluator saw) to an (Outcome, detail).
 
-A pass comes only from the tester's verdict (a check) or the program's own process
-reaching its end (a plain program); every other ending is a failure, a timeout, a memory
-kill or a sandbox error.
+A pass comes only from the tester's verdict; every other ending is a failure, a timeout,
+a memory kill or a sandbox error.
 """
 
 from __future__ import annotations
@@ -53,19 +52,6 @@ def _check(record: dict, oom: bool) -> tuple[Outcome, str]:
     return outcome, detail
 
 
-def _program(record: dict, oom: bool) -> tuple[Outcome, str]:
-    program = record.get("program")
-    if isinstance(program, dict) and program.get("outcome") in _JUDGED:
-        return _JUDGED[program["outcome"]], str(program.get("detail", ""))[:400]
-    code = record.get("exit_code")
-    limit = _limit_hit(code, oom) if code is not None else None
-    if limit is not None:
-        return limit
-    if code is not None and code >= 0:
-        return Outcome.FAILED, f"exited with status {code} before the tests finished"
-    return Outcome.FAILED, _ended(code)
-
-
 def judge(record: Optional[dict], *, killed: bool, oom: bool, limits: Limits,
           returncode: Optional[int], output: str) -> tuple[Outcome, str]:
     """Turn the runner's record, and what the evaluator saw of the run, into an (Outcome, detail).
@@ -81,4 +67,4 @@ def judge(record: Optional[dict], *, killed: bool, oom: bool, limits: Limits,
         return Outcome.ERROR, f"sandbox setup failed: {str(record['setup_error'])[:200]}"
     if record.get("timed_out"):
         return Outcome.TIMEOUT, f"wall-clock limit of {limits.wall_s:g} s"
-    return _check(record, oom) if record.get("mode") == "check" else _program(record, oom)
+    return _check(record, oom)
