@@ -21,8 +21,8 @@ from proctor.version import VERSION as __version__
 
 _LAZY = {
     "evaluate": "proctor.api",
-    "read_run": "proctor.outputs.run_dir",
-    "write_run": "proctor.outputs.run_dir",
+    "read_run": "proctor.api",   # proctor.outputs.run_dir's, its arguments checked
+    "write_run": "proctor.api",
     "task": "proctor.tasks.plugins",
     "include": "proctor.tasks.plugins",
     "RunRecord": "proctor.outputs.records",

@@ -14,8 +14,8 @@ if _loaded is not None and os.path.dirname(os.path.abspath(getattr(_loaded, "__f
     for _name in [m for m in sys.modules if m == "proctor" or m.startswith("proctor.")]:
         del sys.modules[_name]
 
-from proctor.cli import main  # noqa: E402
+from proctor.cli import run  # noqa: E402
 
 # vLLM's CPU build starts its engine by spawn, which imports this module again as __mp_main__
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -7,7 +7,8 @@
     proctor.write_run(result, "runs/x"); proctor.read_run("runs/x") == result
 
 Every mistake a caller can fix raises `proctor.UserError` with a one-line message, before
-any model loads where it can be known then; nothing calls `sys.exit`.
+any model loads where it can be known then (a wrong type or value of any argument of these
+functions included: `proctor.option.checked_arguments`); nothing calls `sys.exit`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from proctor.data import resolve_data_dir
 from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.engine.distributed import DistributedContext
 from proctor.engine.stats import EngineStats
+from proctor.option import boolean, checked_arguments, instance_of, one_path
 from proctor.options import RunOptions, evaluate_signature
+from proctor.outputs import run_dir
 from proctor.outputs.owned import check_output_dir
 from proctor.outputs.provenance import code_git_state, library_versions
 from proctor.outputs.records import EngineRecord, ModelRecord, RunConfig, RunRecord, Timing
@@ -52,20 +55,22 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
     if not isinstance(model, (str, os.PathLike)):  # a loaded model's tokenizer, not a backend option
         tokenizer, given["tokenizer"] = given["tokenizer"], None
     options = RunOptions.from_keywords(given)
-    source = ModelArg.of(model, options.backend)
+    source = ModelArg.of(options.model, options.backend)
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
-    if options.include:
-        from proctor.tasks.plugins import include as include_tasks
-
-        include_tasks(list(options.include))
     is_main = DistributedContext.from_env().is_main
-    out = None if options.output is None else Path(options.output)
+    where = options.absolute()  # a task module is code: paths are fixed before one is imported
+    out = None if where.output is None else Path(where.output)
     # Everything that can be checked is checked before any data or model work.
     if out is not None and is_main:
         check_output_dir(out, overwrite=options.overwrite, option="output")
-    checked = check_runtime(source, options)
-    data = resolve_data_dir(options.data_dir)
+    checked = check_runtime(source, options)  # the model's path resolved
+    data = resolve_data_dir(where.data_dir)
+    options = replace(options, chat_template=where.chat_template)  # include is recorded as given
+    if options.include:
+        from proctor.tasks.plugins import include as include_tasks
+
+        include_tasks(list(where.include))
     evaluation = plan(list(options.tasks), data, options.limit, prompt_layout(options))
     evaluation.preflight(options.allow_unsafe_exec)  # a refusal costs no model load
     if options.max_length is None and not evaluation.uses_policy("lm_eval"):
@@ -94,6 +99,12 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
 
 _SIGNATURE = evaluate_signature()
 evaluate.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # help() and IDEs show every keyword
+
+#: `proctor.read_run` and `proctor.write_run`: the run directory's reader and writer, their arguments checked
+read_run = checked_arguments(directory=one_path)(run_dir.read_run)
+write_run = checked_arguments(record=instance_of(RunRecord, "a RunRecord (what proctor.evaluate and proctor.read_run "
+                                                 "return)"),
+                              directory=one_path, overwrite=boolean)(run_dir.write_run)
 
 
 def _run_record(runtime: Runtime, evaluation: Plan, scored: ScoredPlan, data: Optional[Path], timing: Timing,

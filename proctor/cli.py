@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from proctor.data import resolve_data_dir
 from proctor.defaults import DEFAULT_MAX_LENGTH
@@ -113,7 +115,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     from proctor.report import print_results
 
     keywords = keywords_of(args)
-    output = Path(args.output or f"runs/{Path(args.model).name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}")
+    for name in ("data_dir", "chat_template"):  # before any task module is imported, as output below
+        if isinstance(keywords[name], str):
+            keywords[name] = os.path.abspath(os.path.expanduser(keywords[name]))
+    given = args.output or f"runs/{Path(args.model).name}-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}"
+    output = Path(given).absolute()  # before any task module is imported: none can move it
     is_main = DistributedContext.from_env().is_main
     if is_main:  # checked here too so that a refusal names the CLI's options
         check_output_dir(output, overwrite=args.overwrite)
@@ -124,7 +130,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         print_results(result.primary_scores, list(result.tasks.values()))
-        print(f"wrote {output}")
+        print(f"wrote {given}")
     return 0
 
 
@@ -139,12 +145,16 @@ def _print_lm_eval_names(specs: Sequence[str], reported: Sequence[str]) -> None:
 
 
 def _include(args: argparse.Namespace) -> None:
-    """Add the --include'd tasks, and say which format each path was read as."""
+    """Add the --include'd tasks, and say which format each path was read as.
+
+    Every path is made absolute before the first is read: a task module runs code.
+    """
     from proctor.harness.library import PREFIX
     from proctor.tasks.plugins import include
 
-    for path in args.include or ():
-        names = include([path])
+    given = list(args.include or ())
+    for path, absolute in zip(given, [os.path.abspath(os.path.expanduser(p)) for p in given]):
+        names = include([absolute])
         harness = [n for n in names if n.startswith(PREFIX)]
         read = [f"{len(harness)} lm-eval YAML task(s) ({', '.join(harness)})"] if harness else []
         if len(names) > len(harness):
@@ -157,8 +167,9 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from proctor.report import print_task_table
     from proctor.tasks.registry import task_rows
 
+    data_dir = resolve_data_dir(args.data_dir)  # resolved before any task module is imported
     _include(args)
-    print_task_table(task_rows(args.pattern, resolve_data_dir(args.data_dir)))
+    print_task_table(task_rows(args.pattern, data_dir))
     return 0
 
 
@@ -170,18 +181,19 @@ def cmd_prompts(args: argparse.Namespace) -> int:
     from proctor.outputs.run_dir import task_dir_name, write_jsonl
     from proctor.pipeline import plan, prompt_layout
 
-    output = Path(args.output)
+    output = Path(args.output).absolute()  # the paths first: a task module runs code
     check_output_dir(output, overwrite=args.overwrite)
+    options = RunOptions.from_keywords(keywords_of(args, PROMPT_FLAGS)).absolute()
+    data_dir = resolve_data_dir(options.data_dir)
     _include(args)
-    options = RunOptions.from_keywords(keywords_of(args, PROMPT_FLAGS))
-    evaluation = plan(list(options.tasks), resolve_data_dir(options.data_dir), options.limit, prompt_layout(options))
+    evaluation = plan(list(options.tasks), data_dir, options.limit, prompt_layout(options))
     render = _chat_renderer(args.model, options.template_file) if evaluation.has_chats() else None
     with staged_directory(output, overwrite=args.overwrite) as stage:
         for run in evaluation.tasks.values():
             write_jsonl(stage / task_dir_name(run.config.name) / "requests.jsonl",
                         request_rows(run.instances, render))
     count = sum(len(run.instances) for run in evaluation.tasks.values())
-    print(f"wrote requests for {count} documents of {len(evaluation.tasks)} tasks to {output}")
+    print(f"wrote requests for {count} documents of {len(evaluation.tasks)} tasks to {args.output}")
     return 0
 
 
@@ -296,5 +308,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
+def run() -> NoReturn:
+    """Run `proctor` on the process's own arguments and end the process with `main`'s exit code.
+
+    The end is proctor's, not the interpreter's: the exit hooks run here, where a hook's
+    `os._exit` (a task module's, say) cannot change the code, then the streams are flushed and
+    the process ends, however many threads (a task module's) are still running.
+    """
+    code = main()
+    leave, hook = os._exit, sys.unraisablehook
+    exits: list[Any] = [m for m in (os, sys.modules.get("posix")) if m is not None]
+
+    def refused(status: int = 0) -> NoReturn:
+        raise SystemExit(status)  # ends that hook alone; atexit goes on to the next
+
+    def unraisable(raised: Any) -> None:
+        if not isinstance(raised.exc_value, SystemExit):  # a hook's exit: refused(), not an error
+            hook(raised)
+
+    for module in exits:
+        module._exit = refused
+    sys.unraisablehook = unraisable
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for module in exits:
+            module._exit = leave
+        sys.unraisablehook = hook
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`proctor tasks | head`) or stream
+            pass
+    leave(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -18,7 +18,7 @@ import argparse
 import ast
 import inspect
 import os
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from proctor.backends.options import (
@@ -34,7 +34,6 @@ from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL, DEFAULT_SEED
 from proctor.errors import UserError
 from proctor.option import (
     REQUIRED,
-    anything,
     boolean,
     count,
     declared,
@@ -47,9 +46,12 @@ from proctor.option import (
     parse_positive_int,
     parse_seed,
     path,
+    path_text,
     paths,
     positive_int,
+    run_check,
     seed_number,
+    shown,
     spec_of,
     specs_of,
 )
@@ -59,11 +61,23 @@ DEFAULT_THINK_TAGS = ("<think>", "</think>")
 # ---- checks with messages of their own ----------------------------------------------------
 
 
+def _model(name: str, value: Any) -> Any:
+    """Accept a hub id, a local directory, a .gguf file or an alias (a string or os.PathLike), or a model object."""
+    if not isinstance(value, (str, os.PathLike)):
+        return value  # an object: `ModelArg.of` says which kinds it takes
+    found = path_text(value)
+    if found is None:
+        raise UserError(f"model must be a hub id, a local directory, a .gguf file or an alias (a non-empty string "
+                        f"or an os.PathLike giving one), or a loaded model; got {shown(value)}")
+    return found
+
+
 def _tasks(name: str, tasks: Any) -> tuple[str, ...]:
+    """Accept a list of task specs (or one spec)."""
     if isinstance(tasks, str):
         tasks = [tasks]
     if not isinstance(tasks, (list, tuple)) or not all(isinstance(t, str) for t in tasks):
-        raise UserError(f"tasks must be a list of task specs, got {tasks!r}")
+        raise UserError(f"tasks must be a list of task specs, got {shown(tasks)}")
     specs = tuple(dict.fromkeys(t.strip() for t in tasks if t.strip()))
     if not specs:
         raise UserError("no task specs given; name at least one (`proctor tasks` lists them)")
@@ -71,27 +85,31 @@ def _tasks(name: str, tasks: Any) -> tuple[str, ...]:
 
 
 def _batch_size(name: str, value: Any) -> Union[int, str]:
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+    """Accept 'auto' or a positive whole number."""
+    if (isinstance(value, str) and value == "auto") or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return value
-    raise UserError(f"batch_size must be 'auto' or a positive whole number, got {value!r}")
+    raise UserError(f"batch_size must be 'auto' or a positive whole number, got {shown(value)}")
 
 
 def _labels(name: str, value: Any) -> dict[str, str]:
+    """Accept a dict of names (no '=') to strings, or None."""
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(k, str) and k.strip() and "=" not in k
                                                  and isinstance(v, str) for k, v in value.items()):
-        raise UserError(f"labels must map names (no '=') to strings, e.g. {{'step': '1000'}}; got {value!r}")
+        raise UserError(f"labels must map names (no '=') to strings, e.g. {{'step': '1000'}}; got {shown(value)}")
     return dict(value)
 
 
 def _chat_template(name: str, value: Any) -> Union[bool, str]:
-    """True/False, or a Jinja file's path (which must exist)."""
+    """Accept True, False or a Jinja file's path (which must exist)."""
     if isinstance(value, bool):
         return value
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise UserError(f"chat_template must be True, False or a Jinja file's path, got {value!r}")
-    file = os.fspath(value)
+    if not isinstance(value, (str, os.PathLike)):
+        raise UserError(f"chat_template must be True, False or a Jinja file's path, got {shown(value)}")
+    file = path_text(value)
+    if file is None:
+        raise UserError(f"chat_template must be True, False or a Jinja file's path, got {shown(value)}")
     if not os.path.isfile(file):
         raise UserError(f"chat template file {file} does not exist; pass a Jinja chat template file, "
                         "or --chat-template alone for the tokenizer's")
@@ -107,28 +125,31 @@ def _think_tags(name: str, value: Any) -> Optional[tuple[str, str]]:
     if (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(t, str) for t in value)
             and value[1]):
         return (value[0], value[1])
-    raise UserError(f"think_tags must be True or an (opening, closing) pair of tags with a closing tag, got {value!r}")
+    raise UserError(f"think_tags must be True or an (opening, closing) pair of tags with a closing tag, got {shown(value)}")
 
 
 def _system_instruction(name: str, value: Any) -> Optional[str]:
+    """Accept a non-empty string, or None."""
     if value is not None and (not isinstance(value, str) or not value):
-        raise UserError(f"system_instruction must be a non-empty string, got {value!r}")
+        raise UserError(f"system_instruction must be a non-empty string, got {shown(value)}")
     return value
 
 
 def _gen_kwargs(name: str, value: Any) -> Optional[dict[str, Any]]:
+    """Accept a dict of generation settings, or None."""
     if value is None:
         return None
     if not isinstance(value, Mapping) or not value or not all(isinstance(k, str) and k for k in value):
         raise UserError(f"gen_kwargs must map generation settings to values, e.g. {{'temperature': 0.7, "
-                        f"'do_sample': True}}; got {value!r}")
+                        f"'do_sample': True}}; got {shown(value)}")
     return dict(value)
 
 
 def _command(name: str, value: Any) -> tuple[str, ...]:
+    """Accept a list of strings (the command line recorded in metrics.json)."""
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return tuple(value)
-    raise UserError(f"command must be a list of strings (the command line recorded in metrics.json), got {value!r}")
+    raise UserError(f"command must be a list of strings (the command line recorded in metrics.json), got {shown(value)}")
 
 
 # ---- the flags' text -> values --------------------------------------------------------------
@@ -171,7 +192,7 @@ def _labels_of(pairs: Optional[Sequence[tuple[str, str]]]) -> Optional[dict[str,
     labels: dict[str, str] = {}
     for key, value in pairs:
         if key in labels and labels[key] != value:
-            raise UserError(f"--label {key} is given twice ({labels[key]!r} and {value!r}); give it once")
+            raise UserError(f"--label {key} is given twice ({labels[key]!r} and {shown(value)}); give it once")
         labels[key] = value
     return labels
 
@@ -186,7 +207,7 @@ _DATA_DIR = "local data directory (default: $PROCTOR_DATA_DIR, else the hub)"
 class RunOptions:
     """Everything a run can be asked; a backend's own options are in `backend_options`."""
 
-    model: Any = option(DEFAULT_MODEL, "HF hub id, local dir, .gguf file, or smollm2-135m", anything)
+    model: Any = option(DEFAULT_MODEL, "HF hub id, local dir, .gguf file, or smollm2-135m", _model)
     tasks: tuple[str, ...] = option(REQUIRED, "task or suite specs, e.g. mmlu_stem:mc::olmes", _tasks,
                                     cli={"nargs": "+"}, from_cli=specs_of)
     include: tuple[str, ...] = option((), _INCLUDE, paths, metavar="PATH", cli={"action": "append", "default": None},
@@ -245,10 +266,25 @@ class RunOptions:
 
         The keywords are names of `evaluate_signature()` (`evaluate` binds them first).
         """
-        values = {f.name: spec_of(f).check(f.name, keywords[f.name]) for f in run_fields() if f.name in keywords}
+        values = {f.name: run_check(spec_of(f).check, f.name, keywords[f.name]) for f in run_fields()
+                  if f.name in keywords}
         chosen = backend_options(values.get("backend", "hf"), {k: v for k, v in keywords.items()
                                                                 if k in backend_fields()})
         return cls(**values, backend_options=chosen)
+
+    def absolute(self) -> "RunOptions":
+        """Return these options with their paths made absolute (as they are now, before a task module runs).
+
+        A task module is code: whatever it does to the working directory later, the data,
+        the output, the chat template file and the task files stay where the caller meant.
+        """
+        def where(given: Optional[str]) -> Optional[str]:
+            return None if given is None else os.path.abspath(os.path.expanduser(given))
+
+        return replace(self, data_dir=where(self.data_dir), output=where(self.output),
+                       include=tuple(os.path.abspath(os.path.expanduser(p)) for p in self.include),
+                       chat_template=self.chat_template if isinstance(self.chat_template, bool)
+                       else os.path.abspath(self.chat_template))
 
     @property
     def template_file(self) -> Optional[str]:

@@ -26,6 +26,7 @@ from proctor.engine.backend import Backend
 from proctor.engine.chat import ChatTemplate
 from proctor.engine.distributed import DistributedContext
 from proctor.errors import UserError
+from proctor.option import boolean, checked_arguments, instance_of, one_path
 from proctor.options import RunOptions, all_fields
 
 
@@ -161,6 +162,7 @@ def open_runtime(checked: Checked, options: RunOptions, *, tokenizer: Any = None
             checked.cache.close()
 
 
+@checked_arguments(chats=boolean, result_cache=instance_of(ResultCache, "a ResultCache", optional=True))
 @contextmanager
 def session(model: Any, *, chats: bool = False, result_cache: Optional[ResultCache] = None,
             **keywords: Any) -> Iterator[Runtime]:
@@ -175,7 +177,7 @@ def session(model: Any, *, chats: bool = False, result_cache: Optional[ResultCac
     if unknown:
         raise TypeError(f"session() got unknown keywords: {', '.join(unknown)}")
     options = RunOptions.from_keywords({"model": model, **keywords})
-    checked = check_runtime(ModelArg.of(model, options.backend), options if result_cache is None
+    checked = check_runtime(ModelArg.of(options.model, options.backend), options if result_cache is None
                             else replace(options, cache=False))  # so the user's cache stays shut
     if result_cache is not None:
         checked = replace(checked, cache=result_cache)
@@ -191,6 +193,12 @@ class TokenizerSession:
     tokenizer: Any        # a transformers tokenizer
 
 
+def _tokenizer(name: str, value: Any) -> Union[str, ModelSource]:
+    """Accept a tokenizer's directory, .gguf file, alias or hub id (a string or os.PathLike), or a ModelSource."""
+    return value if isinstance(value, ModelSource) else one_path(name, value)
+
+
+@checked_arguments(tokenizer=_tokenizer)
 def open_tokenizer(tokenizer: Union[str, ModelSource]) -> TokenizerSession:
     """Find and load a tokenizer: a directory of tokenizer files, a .gguf file, an alias, a hub id, or a model source.
 

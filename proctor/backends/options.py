@@ -20,6 +20,7 @@ from proctor.option import (
     boolean,
     flag_of,
     fraction,
+    is_default,
     json_object,
     one_of,
     option,
@@ -27,6 +28,8 @@ from proctor.option import (
     parse_json_object,
     parse_positive_int,
     positive_int,
+    run_check,
+    shown,
     some_text,
     spec_of,
 )
@@ -119,7 +122,7 @@ class OpenAIOptions:
                             "pip install 'proctor[openai]'")
         if self.tokenizer is not None and not isinstance(self.tokenizer, str):
             raise UserError(f"tokenizer (--tokenizer) must name the served model's tokenizer (a directory, a "
-                            f".gguf file, a hub id or an alias), got {self.tokenizer!r}")
+                            f".gguf file, a hub id or an alias), got {shown(self.tokenizer)}")
 
     def locate(self, model: str) -> ModelSource:
         """Locate the served model's tokenizer (the served model itself is the server's business)."""
@@ -198,9 +201,9 @@ def backend_options(backend: str, values: Mapping[str, Any]) -> BackendOptions:
     kind = OPTION_TYPES[backend]
     own = {f.name: f for f in fields(kind)}
     for name, f in backend_fields().items():
-        if name not in own and name in values and values[name] != f.default:
+        if name not in own and name in values and not is_default(values[name], f.default):
             raise UserError(f"{flag_of(name, spec_of(f))} does not apply to --backend {backend}")
-    checked = {name: spec_of(f).check(name, values[name]) for name, f in own.items() if name in values}
+    checked = {name: run_check(spec_of(f).check, name, values[name]) for name, f in own.items() if name in values}
     options = kind(**checked)
     options.check()
     return options

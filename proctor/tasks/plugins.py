@@ -24,11 +24,13 @@ from types import ModuleType
 from typing import Callable, Optional, Sequence, TypeVar, Union
 
 from proctor.errors import UserError
+from proctor.option import checked_arguments, paths as path_list, shown, some_text, text
 from proctor.tasks import catalog
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.choice import ChoiceTask
 from proctor.tasks.custom import CHOICE_METRICS, DEFAULT_METRIC, SUFFIXES, read_task_file, task_class
 from proctor.tasks.generation import GenerationTask
+from proctor.tasks.module_guard import guarded_import
 from proctor.tasks.spec import parse_spec
 
 ENTRY_POINT_GROUP = "proctor.tasks"
@@ -44,6 +46,8 @@ def _origin_of(cls: type) -> str:
     return str(Path(file).resolve()) if file else cls.__module__
 
 
+@checked_arguments(spec=text, benchmark=some_text, dataset_path=some_text, dataset_name=some_text, split=text,
+                   primary_metric=some_text, fewshot_source=some_text, subject=some_text)  # num_shots: below
 def task(spec: str, *, benchmark: Optional[str] = None, dataset_path: Optional[str] = None,
          dataset_name: Optional[str] = None, split: str = "test", num_shots: int = 0,
          primary_metric: Optional[str] = None, fewshot_source: Optional[str] = None,
@@ -57,8 +61,8 @@ def task(spec: str, *, benchmark: Optional[str] = None, dataset_path: Optional[s
     """
 
     def register(cls: T) -> T:
-        origin = _origin_of(cls) if isinstance(cls, type) else repr(cls)
-        where = f"{origin}: @task({spec!r}) on {getattr(cls, '__qualname__', cls)!r}"
+        origin = _origin_of(cls) if isinstance(cls, type) else shown(cls)
+        where = f"{origin}: @task({spec!r}) on {cls.__qualname__ if isinstance(cls, type) else shown(cls)}"
         try:
             name, fmt, _ = parse_spec(spec)
         except UserError as e:
@@ -96,18 +100,21 @@ def task(spec: str, *, benchmark: Optional[str] = None, dataset_path: Optional[s
 
 # ---- include -------------------------------------------------------------------------------
 
+@checked_arguments(paths=path_list)
 def include(paths: Sequence[Union[str, Path]]) -> list[str]:
     """Add the tasks of task files, Python files and directories; return the spec names they define.
 
     A directory's lm-eval YAML task files (anywhere under it) are read as lm-eval's
     `--include_path`: their tasks become `lm_eval:<name>` specs. The names come in order;
-    including a path again is fine and returns its names again.
+    including a path again is fine and returns its names again. A Python file is code that runs
+    with the caller's rights when it is imported (see `proctor.tasks.module_guard` for what its
+    import may not do).
     """
     from proctor.harness.yaml_files import include_lm_eval, is_lm_eval_file, lm_eval_files
 
     names: list[str] = []
-    for given in paths:
-        path = Path(given).expanduser()
+    where = [Path(given).expanduser().absolute() for given in paths]  # all before a module runs code
+    for given, path in zip(paths, where):
         harness: list[Path] = []
         if path.is_dir():
             harness = lm_eval_files(path)
@@ -158,7 +165,8 @@ def _include_module(file: Path) -> list[str]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module  # before it runs: dataclasses and pickling look it up
         try:
-            spec.loader.exec_module(module)
+            with guarded_import(file):
+                spec.loader.exec_module(module)
         except UserError:
             del sys.modules[module_name]
             raise
