@@ -191,3 +191,40 @@ def test_the_arguments_that_escaped_as_python_errors(call, says, empty_place):
         call()
     assert says in str(raised.value)
 
+
+# ---- paths that are there but are not what they must be: said as what they are ----------------
+
+
+def _special(path: Path, kind: str) -> Path:
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(path.parent / "nowhere")
+    return path
+
+
+@pytest.mark.parametrize("kind, says", [("directory", "is a directory, not a .gguf file"),
+                                        ("FIFO", "is a FIFO (named pipe), not a .gguf file or a model directory"),
+                                        ("dangling link", "is a symbolic link to")])
+def test_a_gguf_path_that_is_not_a_file_is_named_as_what_it_is(kind, says, tmp_path):
+    from proctor.backends.sources import classify_source
+
+    gguf = _special(tmp_path / "model.gguf", kind)
+    with pytest.raises(proctor.UserError) as raised:
+        classify_source(str(gguf))
+    assert says in str(raised.value) and not str(raised.value).startswith("model directory")
+
+
+@pytest.mark.parametrize("kind, says", [("directory", "is a directory, not a file"),
+                                        ("FIFO", "is a FIFO (named pipe), not a file"),
+                                        ("dangling link", "is a symbolic link to")])
+def test_a_data_csv_that_is_not_a_file_is_named_as_what_it_is(kind, says, tmp_path):
+    from proctor.data.local import mmlu
+
+    (tmp_path / "mmlu" / "test").mkdir(parents=True)
+    _special(tmp_path / "mmlu" / "test" / "astronomy_test.csv", kind)
+    with pytest.raises(proctor.UserError) as raised:  # a FIFO is not opened: reading it would wait forever
+        mmlu(tmp_path, "astronomy", "test")
+    assert says in str(raised.value) and "not found" not in str(raised.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import stat
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -123,6 +124,9 @@ def classify_source(model: str) -> ModelSource:
             raise UserError(f"model {model!r} is neither an existing path, a hub id, nor an alias "
                             f"({', '.join(sorted(ALIASES))})")
         return ModelSource("hub", model, model.rsplit("/", 1)[-1])
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"model path {model} is a symbolic link to {os.readlink(path)}, which does not exist; "
+                        "point it at the model (a .gguf file or a model directory)")
     if not path.exists():
         raise UserError(f"model path {model} does not exist (aliases: {', '.join(sorted(ALIASES))})")
     if not os.access(path, os.R_OK):
@@ -131,9 +135,25 @@ def classify_source(model: str) -> ModelSource:
         if path.suffix != ".gguf":
             raise UserError(f"model file {model} is not a .gguf file; pass a GGUF file or a model directory")
         return ModelSource("gguf", str(path.resolve()), path.stem)
+    if not path.is_dir():
+        raise UserError(f"model path {model} is {_special_file(path)}, not a .gguf file or a model directory; "
+                        "pass the GGUF file itself (a regular file) or a transformers model directory")
+    if path.suffix == ".gguf" and not (path / "config.json").is_file():
+        raise UserError(f"model path {model} is a directory, not a .gguf file (and holds no config.json, so it is "
+                        "no transformers model directory either); pass the GGUF file itself")
     if not (path / "config.json").is_file():
         raise UserError(f"model directory {model} has no config.json; it is not a transformers model")
     return ModelSource("dir", str(path.resolve()), path.resolve().name)
+
+
+def _special_file(path: Path) -> str:
+    """Name what a path that is neither a regular file nor a directory is (a FIFO, a socket, a device)."""
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 def _alias_gguf(alias: str) -> Path:

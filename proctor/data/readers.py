@@ -11,6 +11,8 @@ import csv
 import gzip
 import io
 import json
+import os
+import stat
 import zlib
 from functools import lru_cache
 from pathlib import Path
@@ -77,7 +79,36 @@ def parse_json(text: str, path: object, line: Optional[int] = None) -> Any:
         raise UserError(f"{path}:{line or 1}: invalid JSON (nested too deeply to read)") from None
 
 
+def _not_a_file(path: Path) -> Optional[str]:
+    """Say what is at `path` when it is there but is no regular file to read (None when it is one, or absent).
+
+    A directory, a FIFO (reading one waits for a writer forever), a socket, a device or a
+    symbolic link that leads nowhere: each named, with the fix.
+    """
+    try:
+        mode = path.lstat().st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            mode = path.stat().st_mode
+        except FileNotFoundError:
+            return (f"data file {path} is a symbolic link to {os.readlink(path)}, which does not exist; point it "
+                    "at the data file or put a copy of the file there")
+        except (OSError, ValueError):
+            return None
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((kind for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                                         (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                                         (stat.S_ISBLK, "a block device")) if test(mode)), "not a regular file")
+    return f"data file {path} is {kind}, not a file; replace it with the data file itself"
+
+
 def _stamp(path: Path) -> tuple[str, int, int]:
+    problem = _not_a_file(path)
+    if problem is not None:
+        raise UserError(problem)
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -155,5 +186,9 @@ def first_existing(candidates: list[Path]) -> Path:
     for p in candidates:
         if p.is_file():
             return p
+    for p in candidates:  # there, but not a file: say what it is
+        problem = _not_a_file(p)
+        if problem is not None:
+            raise UserError(problem)
     listed = ", ".join(str(p) for p in candidates)
     raise UserError(f"data file not found; looked for: {listed}")
