@@ -22,6 +22,7 @@ from typing import Hashable, Optional, Sequence
 from proctor.errors import UserError
 from proctor.metrics.clusters import declares_clusters, paired_units
 from proctor.metrics.stats import PairedDifference, holm, paired_difference
+from proctor.outputs.owned import OWNED_MARK
 from proctor.outputs.records import RunRecord, TaskRecord
 from proctor.outputs.run_dir import read_run
 
@@ -173,6 +174,11 @@ def compare_records(run_a: RunRecord, run_b: RunRecord, cluster_by: Optional[str
 
 
 def comparison_json(rows: Sequence[TaskComparison], run_a: str, run_b: str, cluster_by: Optional[str]) -> dict:
-    """`proctor compare --json`: the two runs, the settings, and one entry per task and suite."""
+    """`proctor compare --json`: the two runs, the settings, and one entry per task and suite.
+
+    `written_by` holds `OWNED_MARK`, which `write_owned_file` fills with the file's digest:
+    the file says itself that proctor wrote it, with no manifest beside it.
+    """
     return {"run_a": run_a, "run_b": run_b, "cluster_by": cluster_by, "bootstrap_replicates": BOOTSTRAP,
-            "bootstrap_seed": SEED, "comparisons": [r.to_dict() for r in rows]}
+            "bootstrap_seed": SEED, "comparisons": [r.to_dict() for r in rows],
+            "written_by": OWNED_MARK}   # last: the file's own proof that proctor wrote it, unchanged

@@ -190,7 +190,7 @@ def test_the_report_loads_nothing_from_the_network(pair_report):
     policy = next(a["content"] for tag, a in page.tags if a.get("http-equiv") == "Content-Security-Policy")
     assert "default-src 'none'" in policy and "http" not in policy
     executable = [a for a, _ in page.scripts if a.get("type") != "application/json"]
-    assert len(executable) == 2 and not any("src" in a for a in executable)   # plotly.js and page.js, inlined
+    assert len(executable) == 2 and not any("src" in a for a in executable)   # plotly.js (packed) and page.js
     assert sum("Plotly" in text for _, text in page.scripts) >= 1
 
 
@@ -225,7 +225,7 @@ def test_written_atomically_and_never_over_a_file_proctor_did_not_write(runs, tm
     assert own.read_bytes() == first
     write_report([runs[0], runs[1]], own, overwrite=True)
     assert own.read_bytes() != first and b"paired-section" in own.read_bytes()
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".proctor-manifest.json", "own.html", "report.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["own.html", "report.html"]   # no manifest beside them
     own.write_text(own.read_text(encoding="utf-8") + "<!-- edited -->", encoding="utf-8")
     with pytest.raises(proctor.UserError, match="changed since"):
         write_report([runs[1]], own, overwrite=True)

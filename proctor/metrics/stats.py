@@ -300,3 +300,22 @@ def wilson_interval(successes: int, n: int) -> tuple[float, float]:
     center = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = Z95 / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
     return max(0.0, center - half), min(1.0, center + half)
+
+
+def proportion_interval(mean: float, stderr: float, n: int) -> tuple[float, float]:
+    """95% Wilson score interval of a mean of values in [0, 1], at its effective sample size.
+
+    The effective size is n_eff = p(1 − p) / stderr² (Kish's design effect: a clustered or
+    weighted error counts fewer independent units than n); it is n where that is undefined
+    (p of 0 or 1, or a zero error). The interval stays within [0, 1], unlike mean ± 1.96
+    stderr near 0 or 1; for n independent 0/1 values it is the ordinary Wilson interval up to
+    the n − 1 of the sample variance. (nan, nan) without a mean, an error or a unit.
+    """
+    if not (math.isfinite(mean) and math.isfinite(stderr)) or n <= 0:
+        return _NAN, _NAN
+    p = min(1.0, max(0.0, mean))
+    size = p * (1 - p) / (stderr * stderr) if stderr > 0 and 0 < p < 1 else float(n)
+    z2 = Z95 * Z95
+    center = (p + z2 / (2 * size)) / (1 + z2 / size)
+    half = Z95 / (1 + z2 / size) * math.sqrt(p * (1 - p) / size + z2 / (4 * size * size))
+    return max(0.0, center - half), min(1.0, center + half)

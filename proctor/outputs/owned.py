@@ -8,6 +8,12 @@ nothing edited), or a single file listed in its directory's manifest. Anything e
 that already stands at an output path is refused with a message saying why.
 `write_owned_file` (one file) and `staged_directory` (a whole directory) write under
 that rule and record what they wrote.
+
+A single file that can carry it (a report's HTML comment, a comparison's JSON key) vouches
+for itself instead: its text holds `OWNED_MARK` ("proctor-owned sha256:" and 64 zeros),
+which `write_owned_file` fills with the sha256 of the text as it was with the zeros. Such a
+file is proctor's and unchanged while its last mark checks out, so writing it adds no
+manifest beside it (an existing manifest there is kept up to date).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -29,6 +36,32 @@ from proctor.outputs.atomic import atomic_write_bytes, atomic_write_text, make_s
 
 MANIFEST = ".proctor-manifest.json"
 FORMAT = "proctor-manifest/1"
+#: put into a single file's text by its writer: `write_owned_file` fills in the digest
+OWNED_MARK = "proctor-owned sha256:" + "0" * 64
+_MARK = re.compile(rb"proctor-owned sha256:([0-9a-f]{64})")
+_ZEROS = b"0" * 64
+
+
+def _fill_mark(data: bytes) -> Optional[bytes]:
+    """Return `data` with its last `OWNED_MARK` holding the sha256 of `data`; None without a mark."""
+    at = data.rfind(OWNED_MARK.encode("ascii"))
+    if at < 0:
+        return None
+    start = at + len(OWNED_MARK) - 64
+    return data[:start] + hashlib.sha256(data).hexdigest().encode("ascii") + data[start + 64:]
+
+
+def carries_own_mark(path: Path) -> bool:
+    """Whether `path` is a file proctor wrote with a mark (`OWNED_MARK`) and nobody changed since."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    found = next(iter(list(_MARK.finditer(data))[-1:]), None)   # the last mark: the writer's
+    if found is None:
+        return False
+    blank = data[:found.start(1)] + _ZEROS + data[found.end(1):]
+    return hashlib.sha256(blank).hexdigest() == found.group(1).decode("ascii")
 
 
 def parse_manifest(text: str) -> Optional[tuple[dict[str, str], dict[str, int]]]:
@@ -158,7 +191,7 @@ def check_output_file(path: Path, *, option: str = "--output") -> None:
         raise UserError(f"{option} {path} exists and is not a regular file; choose a new path")
     if path.exists():
         files = read_manifest(path.parent) or {}
-        if files.get(path.name) != file_sha256(path):
+        if files.get(path.name) != file_sha256(path) and not carries_own_mark(path):
             raise UserError(f"{option} {path} already exists and proctor did not write it (or it was "
                             f"changed since); proctor never replaces it: choose a new path")
     check_writable_parent(path, option)
@@ -179,6 +212,8 @@ def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None
     """Write `path` atomically and record it in its directory's manifest.
 
     A file there that proctor did not write, or that changed since, is refused, not replaced.
+    `data` holding `OWNED_MARK` is written with the mark filled in and needs no manifest: none
+    is created beside it (one already there is updated).
     """
     path = Path(os.path.abspath(path))
     check_output_file(path, option=option)
@@ -190,7 +225,14 @@ def write_owned_file(path: Path, data: bytes, *, option: str = "output") -> None
             raise UserError(f"{path.parent / MANIFEST} is not a proctor manifest; proctor never "
                             "replaces it: move it away or choose another output directory")
         files, sizes = (dict(found[0]), dict(found[1])) if found is not None else ({}, {})
-        atomic_write_bytes(path, data)
+        marked = _fill_mark(data)
+        if marked is not None:
+            data = marked
+            atomic_write_bytes(path, data)
+            if found is None:   # the file vouches for itself: no manifest added beside it
+                return
+        else:
+            atomic_write_bytes(path, data)
         files[path.name], sizes[path.name] = hashlib.sha256(data).hexdigest(), len(data)
         atomic_write_text(path.parent / MANIFEST, manifest_text(files, sizes))
 

@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
-from proctor.metrics.clusters import sample_correct, task_error
-from proctor.metrics.stats import ClusteredMean, wilson_interval
+from proctor.metrics.clusters import sample_correct, unit_values
+from proctor.metrics.stats import Z95, ClusteredMean, clustered_mean, proportion_interval, wilson_interval
 from proctor.outputs.records import (
     ChoiceRecord,
     GenerationRecord,
@@ -27,6 +27,7 @@ from proctor.outputs.records import (
     Record,
     RunRecord,
     SampleOutput,
+    SpecScore,
     TaskRecord,
     finite,
 )
@@ -115,14 +116,85 @@ def provenance_rows(run: RunRecord, name: str) -> list[tuple[str, str]]:
 
 # ---- headline scores and score curves --------------------------------------------------------
 
+#: the aggregations of a suite that are means of their tasks' values (a proportion's mean is one)
+MEAN_AGGREGATIONS = ("macro", "micro", "size_weighted", "member_mean")
+
+
+@dataclass(frozen=True)
+class TaskError(ClusteredMean):
+    """A task's primary metric with its errors, and whether every unit's value lies in [0, 1]."""
+
+    bounded: bool = False      # every value in [0, 1] (a proportion's, or pass@1's): Wilson intervals
+    binary: bool = False       # every value 0 or 1
+
+    def interval(self, clustered: bool) -> tuple[float, float]:
+        """Return the 95% interval of the mean from the clustered or the naive error.
+
+        A mean of values in [0, 1] gets a Wilson score interval, which stays within [0, 1]: the
+        ordinary one for independent 0/1 units, else at the effective sample size
+        (`proportion_interval`); any other metric mean ± 1.96 standard errors.
+        """
+        stderr = self.stderr_clustered if clustered else self.stderr_naive
+        if not self.bounded:
+            return self.mean - Z95 * stderr, self.mean + Z95 * stderr
+        if self.binary and (not clustered or self.clusters == self.n):
+            return wilson_interval(round(self.mean * self.n), self.n)
+        return proportion_interval(self.mean, stderr, self.clusters if clustered else self.n)
+
+
 #: (run index, task name) -> the task's primary metric with clustered and naive errors;
 #: None for a corpus metric (a score without per-document values)
-ErrorTable = dict[tuple[int, str], Optional[ClusteredMean]]
+ErrorTable = dict[tuple[int, str], Optional[TaskError]]
+
+
+def task_error(task: TaskRecord, cluster_by: Optional[str] = None) -> Optional[TaskError]:
+    """Return `proctor.metrics.clusters.task_error` with whether the metric is a proportion."""
+    if task.kind == "perplexity":
+        return None
+    values, keys = unit_values(task, cluster_by)
+    if not values:
+        return None
+    found = clustered_mean(values, keys)
+    return TaskError(found.mean, found.stderr_naive, found.stderr_clustered, found.n, found.clusters,
+                     bounded=all(0.0 <= v <= 1.0 for v in values), binary=all(v in (0.0, 1.0) for v in values))
 
 
 def task_errors(runs: Sequence[RunRecord], cluster_by: Optional[str]) -> ErrorTable:
     """Compute `task_error` for every task of every run, clustered by `cluster_by` where given."""
     return {(i, name): task_error(task, cluster_by) for i, run in enumerate(runs) for name, task in run.tasks.items()}
+
+
+def spec_tasks(run: RunRecord, spec: str, score: SpecScore) -> Optional[list[str]]:
+    """Return the tasks of `run` whose values a spec's score is a mean of; None: not a mean (RRGS, best of)."""
+    if not score.is_suite:
+        return [spec] if spec in run.tasks else None
+    if score.aggregation not in MEAN_AGGREGATIONS or not score.members:
+        return None
+    out: list[str] = []
+    for name, member in score.members.items():
+        found = spec_tasks(run, name, member)
+        if found is None:
+            return None
+        out.extend(found)
+    return out
+
+
+def spec_interval(run_index: int, run: RunRecord, spec: str, score: SpecScore,
+                  errors: ErrorTable) -> tuple[float, float]:
+    """Return the 95% interval of a spec's score from its recorded standard error.
+
+    A mean of values in [0, 1] (each of its tasks' `TaskError.bounded`) gets the Wilson
+    interval at its effective sample size (`proportion_interval`); any other score ± 1.96
+    standard errors; (nan, nan) without a score or an error.
+    """
+    value, stderr = finite(score.score), finite(score.stderr)
+    if value is None or stderr is None:
+        return math.nan, math.nan
+    tasks = spec_tasks(run, spec, score)
+    found = [errors.get((run_index, t)) for t in tasks or ()]
+    if tasks and all(e is not None and e.bounded for e in found):
+        return proportion_interval(value, stderr, score.num_instances)
+    return value - Z95 * stderr, value + Z95 * stderr
 
 
 def run_step(run: RunRecord) -> Optional[float]:

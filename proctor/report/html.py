@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import gzip
 import hashlib
 import html
 import json
@@ -32,8 +33,8 @@ from plotly.colors import qualitative
 
 from proctor.errors import UserError, asked_as
 from proctor.metrics.clusters import CLUSTER_COLUMNS
-from proctor.metrics.stats import Z95, ClusteredMean
 from proctor.outputs.checked import CheckedDirectory
+from proctor.outputs.owned import OWNED_MARK
 from proctor.outputs.records import RunRecord, SpecScore, TaskRecord, finite
 from proctor.outputs.requests_file import REQUESTS_FILE, Prompt, read_prompts
 from proctor.outputs.run_dir import open_run, read_run_files, task_dir_name
@@ -42,6 +43,7 @@ from proctor.report.analysis import (
     JSON,
     Breakdown,
     ErrorTable,
+    TaskError,
     breakdowns,
     calibration_points,
     curve_order,
@@ -52,6 +54,7 @@ from proctor.report.analysis import (
     paired_rows,
     provenance_rows,
     reliability,
+    spec_interval,
     task_errors,
     task_names,
 )
@@ -65,6 +68,7 @@ GENERATOR = "proctor report"
 FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
 RUN_COLORS = qualitative.Plotly               # run i keeps colour i in every chart
 FINISH_COLORS = {"stop": "#2e7d32", "eos": "#1565c0", "length": "#c62828"}
+TESTS = {"mcnemar_exact": "McNemar", "wald_clustered": "Wald"}   # the paired table's short names
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True, "typesetMath": False, "showTips": False}
 
 
@@ -81,9 +85,20 @@ def _interval(lo: Optional[float], hi: Optional[float], digits: int = 3) -> str:
     return "—" if lo is None or hi is None else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
 
 
-def _ci(mean: Optional[float], stderr: Optional[float]) -> str:
-    mean, stderr = finite(mean), finite(stderr)
-    return "—" if mean is None or stderr is None else _interval(mean - Z95 * stderr, mean + Z95 * stderr)
+def _bounds(err: Optional[TaskError]) -> tuple[Optional[float], Optional[float], Optional[float]]:
+    """Return a task's clustered 95% interval as (low, mean, high) for a chart; Nones where there is none."""
+    if err is None:
+        return None, None, None
+    lo, hi = err.interval(clustered=True)
+    return finite(lo), finite(err.mean), finite(hi)
+
+
+def _diff_interval(bounds: Sequence[float], binary: bool) -> str:
+    """Show a paired difference's interval; for 0/1 metrics clipped to [−1, 1], where B − A lies."""
+    lo, hi = bounds
+    if binary:
+        lo, hi = max(-1.0, lo), min(1.0, hi)
+    return _interval(lo, hi, 4)
 
 
 def _e(value: object) -> str:
@@ -150,6 +165,16 @@ def _plotly_js() -> str:
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs()
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_packed() -> str:
+    """plotly.js gzipped and in base64 (a third of its size), for page.js to unpack and run.
+
+    The browser's DecompressionStream unpacks it; the script it then adds runs because its
+    text has the hash the page's policy allows. Deterministic (no time in the gzip header).
+    """
+    return base64.b64encode(gzip.compress(_plotly_js().encode("utf-8"), compresslevel=9, mtime=0)).decode("ascii")
 
 
 @functools.lru_cache(maxsize=None)
@@ -229,25 +254,31 @@ def _metric_name(score: SpecScore) -> str:
     return f"{score.aggregation}({score.metric})" if score.aggregation else score.metric
 
 
-def _spec_cells(score: Optional[SpecScore]) -> str:
-    if score is None:
-        return _cells(("—", "—", "—"))
-    return _cells((_fmt(score.score), _ci(score.score, score.stderr), score.num_instances))
+def _spec_cells(runs: Sequence[RunRecord], spec: str, scores: Sequence[Optional[SpecScore]],
+                errors: ErrorTable) -> str:
+    out = []
+    for i, (run, score) in enumerate(zip(runs, scores)):
+        if score is None:
+            out.append(_cells(("—", "—", "—")))
+        else:
+            out.append(_cells((_fmt(score.score), _interval(*spec_interval(i, run, spec, score, errors)),
+                               score.num_instances)))
+    return "".join(out)
 
 
-def _spec_rows(runs: Sequence[RunRecord]) -> list[str]:
+def _spec_rows(runs: Sequence[RunRecord], errors: ErrorTable) -> list[str]:
     specs = list(dict.fromkeys(spec for run in runs for spec in run.primary_scores))
     rows = []
     for spec in specs:
         scores = [run.primary_scores.get(spec) for run in runs]
         first = next(s for s in scores if s is not None)
         rows.append(f'<tr class="spec"><td>{_e(spec)}</td><td>{_e(_metric_name(first))}</td>'
-                    + "".join(_spec_cells(s) for s in scores) + "</tr>")
+                    + _spec_cells(runs, spec, scores, errors) + "</tr>")
         for member in first.members:
             parts = [None if s is None else s.members.get(member) for s in scores]
             shown = next(p for p in parts if p is not None)
             rows.append(f'<tr class="member"><td>{_e(member)}</td><td>{_e(_metric_name(shown))}</td>'
-                        + "".join(_spec_cells(p) for p in parts) + "</tr>")
+                        + _spec_cells(runs, member, parts, errors) + "</tr>")
     return rows
 
 
@@ -259,13 +290,14 @@ def _group_head(first: Sequence[str], labels: Sequence[str], columns: Sequence[s
     return top + "<tr>" + "".join(f'<th class="num">{_e(c)}</th>' for c in columns) * len(labels) + "</tr>"
 
 
-def _task_cells(task: Optional[TaskRecord], err: Optional[ClusteredMean]) -> str:
+def _task_cells(task: Optional[TaskRecord], err: Optional[TaskError]) -> str:
     if task is None:
         return _cells(("—",) * 4)
     if err is None:   # a corpus metric: the score only
         return _cells((_fmt(task.primary_score, 4), "—", "—", task.num_instances))
     n = str(err.n) if err.clusters == err.n else f"{err.n} / {err.clusters}"
-    return _cells((_fmt(err.mean), _ci(err.mean, err.stderr_clustered), _ci(err.mean, err.stderr_naive), n))
+    return _cells((_fmt(err.mean), _interval(*err.interval(clustered=True)), _interval(*err.interval(clustered=False)),
+                   n))
 
 
 def _task_rows(runs: Sequence[RunRecord], errors: ErrorTable) -> list[str]:
@@ -283,28 +315,29 @@ def _scores_chart(runs: Sequence[RunRecord], labels: Sequence[str], errors: Erro
         return ""
     fig = go.Figure()
     for i, label in enumerate(labels):
-        errs = [errors.get((i, n)) for n in names]
-        means = [None if e is None else finite(e.mean) for e in errs]
-        half = [None if e is None else finite(Z95 * e.stderr_clustered) for e in errs]
+        lo, means, hi = zip(*(_bounds(errors.get((i, n))) for n in names))
         fig.add_trace(go.Scatter(x=means, y=[_t(n) for n in names], mode="markers", name=label, orientation="h", marker_color=_color(i),
-                                 error_x={"type": "data", "array": half},
+                                 error_x=_error(lo, means, hi),
                                  hovertemplate="%{y}<br>%{x:.3f}<extra>" + label + "</extra>"))
     fig.update_layout(title="Primary score per task, clustered 95% interval", scattermode="group",
                       height=_bar_height(len(names), 1), yaxis={"autorange": "reversed", "automargin": True})
-    return charts.add("scores", fig, "Each task's primary metric with ± 1.96 clustered standard errors.")
+    return charts.add("scores", fig, "Each task's primary metric with its clustered 95% interval (Wilson for "
+                      "values in [0, 1], else ± 1.96 clustered standard errors).")
 
 
 def _headline(runs: Sequence[RunRecord], labels: Sequence[str], legend: Sequence[str], errors: ErrorTable,
               cluster_by: Optional[str], charts: Charts) -> Section:
-    specs = _table("specs", _group_head(("spec", "metric"), labels, ("score", "95% CI", "n")), _spec_rows(runs))
+    specs = _table("specs", _group_head(("spec", "metric"), labels, ("score", "95% CI", "n")), _spec_rows(runs, errors))
     tasks = _table("tasks", _group_head(("task", "kind", "metric"), labels,
                                         ("score", "95% CI clustered", "95% CI naive", "n")), _task_rows(runs, errors))
     grouping = (f"documents sharing a {cluster_by}" if cluster_by
                 else "the documents of a passage the task declares")
-    note = (f'<p class="note">Requested specs: the headline score with ± 1.96 of its recorded standard error. '
-            f"Tasks: the primary metric's mean with two 95% intervals: clustered (the samples of one "
+    note = (f'<p class="note">Requested specs: the headline score with the 95% interval of its recorded standard '
+            f"error. Tasks: the primary metric's mean with two 95% intervals: clustered (the samples of one "
             f"question are one cluster, as are {_e(grouping)}) and naive (every unit independent); n: units "
-            f"scored (units / clusters where they differ).</p>")
+            f"scored (units / clusters where they differ). A mean of values in [0, 1] (accuracy, pass@1) gets a "
+            f"Wilson score interval, at the effective sample size of its error, so it stays within [0, 1]; "
+            f"any other metric ± 1.96 standard errors.</p>")
     count = len(task_names(runs))
     if count > FOLDED_TASKS:   # a suite of many tasks: the chart shows them; the table opens on demand
         tasks = f"<details><summary>All {count} tasks</summary>{tasks}</details>"
@@ -349,11 +382,10 @@ def _paired_rows(rows: Sequence[Mapping[str, JSON]]) -> list[str]:
     for r in rows:
         same = f"{r['identical'] / r['n']:.1%}" if r["n"] else "—"
         values = (r["n"], same, _fmt(r["a_score"]), _fmt(r["b_score"]), f"{r['diff']:+.4f}",
-                  _interval(r["diff_ci95"][0], r["diff_ci95"][1], 4),
-                  _interval(r["diff_ci95_bootstrap"][0], r["diff_ci95_bootstrap"][1], 4), r["test"],
-                  _fmt(r["p_value"], 4), _fmt(r["p_holm"], 4), _fmt(r["mde80"], 4),
-                  "—" if r["a_only"] is None else r["a_only"], "—" if r["b_only"] is None else r["b_only"],
-                  r["clusters"])
+                  _diff_interval(r["diff_ci95"], r["a_only"] is not None),
+                  _interval(r["diff_ci95_bootstrap"][0], r["diff_ci95_bootstrap"][1], 4),
+                  TESTS.get(r["test"], r["test"]), _fmt(r["p_value"], 4), _fmt(r["p_holm"], 4), _fmt(r["mde80"], 4),
+                  "—" if r["a_only"] is None else f'{r["a_only"]} / {r["b_only"]}', r["clusters"])
         out.append(f'<tr class="{_e(r["kind"])}"><td>{_e(r["task"])}</td><td>{_e(r["kind"])}</td>'
                    f'<td>{_e(r["metric"])}</td>{_cells(values)}</tr>')
     return out
@@ -364,7 +396,8 @@ def _forest(rows: Sequence[Mapping[str, JSON]], charts: Charts) -> str:
     diffs = [finite(r["diff"]) for r in rows]
     fig = go.Figure()
     for key, title in (("diff_ci95", "95% CI (clustered, analytic)"), ("diff_ci95_bootstrap", "95% CI (bootstrap)")):
-        lo, hi = [finite(r[key][0]) for r in rows], [finite(r[key][1]) for r in rows]
+        lo = [finite(max(-1.0, r[key][0]) if r["a_only"] is not None else r[key][0]) for r in rows]
+        hi = [finite(min(1.0, r[key][1]) if r["a_only"] is not None else r[key][1]) for r in rows]
         fig.add_trace(go.Scatter(x=diffs, y=names, mode="markers", name=title, orientation="h", error_x=_error(lo, diffs, hi),
                                  hovertemplate="%{y}: %{x:+.4f}<extra>" + title + "</extra>"))
     fig.add_vline(x=0, line_dash="dash", line_color="#888")
@@ -381,12 +414,13 @@ def _paired(comparison: Optional[Sequence["TaskComparison"]], names: Sequence[st
                         "share no task with documents scored in both.</p>")
     rows = paired_rows(comparison)   # suites first
     columns = ("task", "kind", "metric", "n", "same", "A", "B", "B − A", "95% CI", "bootstrap 95% CI", "test",
-               "p", "p Holm", "MDE80", "A only", "B only", "clusters")
+               "p", "p Holm", "MDE80", "A only / B only", "clusters")
     head = "<tr>" + "".join(f"<th>{_e(c)}</th>" for c in columns) + "</tr>"
     by = rows[0].get("cluster_by")
     note = ('<p class="note">same: identical predictions; A only / B only: documents right in one run only '
-            "(0/1 metrics); p: exact McNemar (0/1 metrics, no clusters) or Wald on the clustered error; p Holm: "
-            "adjusted across the tasks (suites apart); MDE80: the smallest |B − A| this n detects with 80% "
+            "(0/1 metrics); 95% CI: B − A ± 1.96 clustered paired standard errors, for 0/1 metrics clipped to "
+            "[−1, 1] (the bootstrap's percentiles stay there); p: exact McNemar (0/1 metrics, no clusters) or "
+            "Wald on the clustered error (the test column); p Holm: adjusted across the tasks (suites apart); MDE80: the smallest |B − A| this n detects with 80% "
             "power" + (f"; documents clustered by {_e(by)}" if by else "") + ".</p>")
     table = _table("paired", head, _paired_rows(rows))
     suites = [r for r in rows if r["kind"] == "suite"]
@@ -430,9 +464,8 @@ def _curves(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable
         errs = [errors.get((i, name)) for i in order]
         if not any(errs):
             continue
-        fig.add_trace(go.Scatter(
-            x=x, y=[None if e is None else finite(e.mean) for e in errs], mode="lines+markers", name=_t(name),
-            error_y={"type": "data", "array": [None if e is None else finite(Z95 * e.stderr_clustered) for e in errs]}))
+        lo, means, hi = zip(*(_bounds(e) for e in errs))
+        fig.add_trace(go.Scatter(x=x, y=means, mode="lines+markers", name=_t(name), error_y=_error(lo, means, hi)))
     if not fig.data:
         return None
     fig.update_layout(title="Primary score per task across the runs", height=460,
@@ -440,7 +473,7 @@ def _curves(runs: Sequence[RunRecord], labels: Sequence[str], errors: ErrorTable
                       yaxis={"title": "score (clustered 95% interval)"})
     how = "ordered by their `step` label" if by_step else "in the order given"
     return Section("curves", "Score curves", charts.add(
-        "curves", fig, f"Each task's primary metric across the runs ({how}), ± 1.96 clustered standard errors."))
+        "curves", fig, f"Each task's primary metric across the runs ({how}), with its clustered 95% interval."))
 
 
 # ---- 6. calibration ------------------------------------------------------------------------------
@@ -532,7 +565,8 @@ def _digest(script: str) -> str:
 
 def _page(title: str, sections: Sequence[Section], charts: Charts, data: JSON) -> str:
     scripts = (_plotly_js(), _page_js())
-    # only these two scripts may run; nothing may be fetched (the page works offline by construction)
+    # only these two scripts may run (plotly.js once page.js unpacked it); nothing may be fetched (the
+    # page works offline by construction)
     policy = ("default-src 'none'; script-src " + " ".join(_digest(s) for s in scripts)
               + "; style-src 'unsafe-inline'; img-src data: blob:; font-src data:")
     nav = "".join(f'<a href="#{_e(s.key)}-section">{_e(s.title)}</a>' for s in sections)
@@ -545,7 +579,9 @@ def _page(title: str, sections: Sequence[Section], charts: Charts, data: JSON) -
         f"<header><h1>{_e(title)}</h1><nav>{nav}</nav></header><main>", *(s.html() for s in sections), "</main>",
         f'<script type="application/json" id="report-charts">{_script_json(charts.payload())}</script>',
         f'<script type="application/json" id="report-data">{_script_json(data)}</script>',
-        *(f"<script>{s}</script>" for s in scripts), "</body></html>\n"))
+        f'<script type="application/gzip;base64" id="plotly-packed">{_plotly_packed()}</script>',
+        f"<script>{_page_js()}</script></body></html>\n",
+        f"<!-- {OWNED_MARK} -->\n"))   # last: the file's own proof that proctor wrote it, unchanged
 
 
 def render_report(runs: Sequence[RunRecord], names: Sequence[str],
@@ -609,8 +645,8 @@ def _check_output(output: Path, overwrite: bool) -> None:
 
 
 def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path], *, cluster_by: Optional[str] = None,
-                 overwrite: bool = False, allow_edited: bool = False) -> None:
-    """Write the HTML report of `run_dirs` to `output`, atomically.
+                 overwrite: bool = False, allow_edited: bool = False) -> str:
+    """Write the HTML report of `run_dirs` to `output`, atomically; return its size, said (`size_note`).
 
     The report is recorded in its directory's proctor manifest (so that only proctor's own
     report is ever replaced). Two runs also get the paired comparison; UserError for a run
@@ -639,4 +675,21 @@ def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path],
         except UserError:   # runs of different specs: the report says there is no paired comparison
             comparison = None
     text = render_report(runs, [str(d) for d in run_dirs], comparison, cluster_by, prompts=prompts)
-    write_owned_file(output, text.encode("utf-8", errors="replace"), option="report")
+    data = text.encode("utf-8", errors="replace")
+    write_owned_file(output, data, option="report")
+    return size_note(len(data))
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.0f} kB"
+
+
+def size_note(size: int) -> str:
+    """Say what a report of `size` bytes holds, e.g. "2.0 MB: plotly.js 1.4 MB gzipped, ...".
+
+    Most of a small report is the chart library, inlined once (gzipped and in base64) so that
+    the file opens offline; the rest is the runs' data and the page.
+    """
+    plotly = len(_plotly_packed())
+    return f"{_megabytes(size)}: plotly.js {_megabytes(plotly)} (gzipped, inlined once), runs and page " \
+           f"{_megabytes(size - plotly)}"

@@ -90,8 +90,11 @@ def print_task_table(rows: Iterable, console: Console | None = None) -> None:
     console.print(table)
 
 
-def _ci(interval: Sequence[float]) -> str:
+def _ci(interval: Sequence[float], binary: bool = False) -> str:
+    """Show a paired difference's interval; for 0/1 metrics clipped to [−1, 1], where B − A lies."""
     lo, hi = interval
+    if binary:
+        lo, hi = max(-1.0, lo), min(1.0, hi)
     return "—" if math.isnan(lo) or math.isnan(hi) else f"[{lo:+.3f}, {hi:+.3f}]"
 
 
@@ -115,12 +118,12 @@ def print_agreement(comparison: Sequence, run_a: str, run_b: str, console: Conso
         before_suites = c.kind == "task" and i + 1 < len(comparison) and comparison[i + 1].kind == "suite"
         delta = "—" if c.max_abs_delta_sum_logits is None else f"{c.max_abs_delta_sum_logits:.1e}"
         table.add_row(c.task, str(c.n), f"{c.identical / c.n:.1%}", delta, c.metric, _fmt(c.a_score),
-                      _fmt(c.b_score), f"{c.diff:+.4f}", _ci(c.diff_ci95), _p(c.p_value), _p(c.p_holm),
+                      _fmt(c.b_score), f"{c.diff:+.4f}", _ci(c.diff_ci95, c.a_only is not None), _p(c.p_value), _p(c.p_holm),
                       _fmt(c.mde80), end_section=before_suites)
     console.print(table)
     clustered = comparison[0].cluster_by if comparison else None
     console.print("same: identical predictions; max |Δ|: largest |Δ sum_logits| over all choices; "
-                  "95% CI: B − A ± 1.96 clustered paired standard errors"
+                  "95% CI: B − A ± 1.96 clustered paired standard errors, for 0/1 metrics clipped to [−1, 1]"
                   + (f" (documents clustered by {clustered})" if clustered else "")
                   + "; p: exact McNemar (0/1 metrics) or Wald on the clustered error; p Holm: adjusted across "
                   "the tasks (suites apart); MDE80: the smallest |B − A| this n detects with 80% power",
