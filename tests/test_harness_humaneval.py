@@ -326,3 +326,27 @@ def test_a_code_eval_task_whose_references_are_of_another_shape_is_refused_befor
                  "--output", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "code_eval: this task's reference" in err and "not the tests of HumanEval" in err, err
+
+
+@SLOW
+def test_an_included_directory_of_lm_eval_code_tasks_builds_offline_without_a_metric_cache(tmp_path, data_dir):
+    """Its utils.py (evaluate.load('code_eval') at import) is lm-eval's !function module, not a proctor task module."""
+    import shutil
+    import subprocess
+    import sys
+
+    import lm_eval
+
+    shipped = Path(lm_eval.__file__).parent / "tasks" / "humaneval"
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    shutil.copy(shipped / "utils.py", tasks / "utils.py")
+    (tasks / "my_humaneval.yaml").write_text((shipped / "humaneval.yaml").read_text()
+                                             .replace("task: humaneval", "task: my_humaneval"))
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PROCTOR_CACHE_DIR": str(tmp_path / "cache")}  # no cached code_eval script
+    done = subprocess.run([sys.executable, "-m", "proctor", "prompts", "--include", str(tasks), "--tasks",
+                           "lm_eval:my_humaneval", "--limit", "1", "--data-dir", str(data_dir), "--output",
+                           str(tmp_path / "prompts")], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "prompts" / "lm_eval-my_humaneval" / "requests.jsonl").is_file()

@@ -105,7 +105,8 @@ def include(paths: Sequence[Union[str, Path]]) -> list[str]:
     """Add the tasks of task files, Python files and directories; return the spec names they define.
 
     A directory's lm-eval YAML task files (anywhere under it) are read as lm-eval's
-    `--include_path`: their tasks become `lm_eval:<name>` specs. The names come in order;
+    `--include_path`: their tasks become `lm_eval:<name>` specs (its Python files are then
+    their `!function` modules, which lm-eval imports, not task modules). The names come in order;
     including a path again is fine and returns its names again. A Python file is code that runs
     with the caller's rights when it is imported (see `proctor.tasks.module_guard` for what its
     import may not do).
@@ -118,8 +119,10 @@ def include(paths: Sequence[Union[str, Path]]) -> list[str]:
         harness: list[Path] = []
         if path.is_dir():
             harness = lm_eval_files(path)
+            # beside lm-eval YAML files, Python files are their `!function` modules: lm-eval imports them
             files = sorted(p for p in path.iterdir() if p.suffix in INCLUDABLE and p.is_file()
-                           and not p.name.startswith((".", "_")) and p not in harness)
+                           and not p.name.startswith((".", "_")) and p not in harness
+                           and not (harness and p.suffix == ".py"))
             if not files and not harness:
                 raise UserError(f"--include {given}: the directory holds no {', '.join(INCLUDABLE)} files "
                                 "(proctor task files, task modules or lm-eval YAML task files)")
