@@ -350,3 +350,17 @@ def test_an_included_directory_of_lm_eval_code_tasks_builds_offline_without_a_me
                            str(tmp_path / "prompts")], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "prompts" / "lm_eval-my_humaneval" / "requests.jsonl").is_file()
+
+
+@SLOW
+def test_a_task_that_does_not_score_code_does_not_import_evaluate(data_dir):
+    """evaluate imports transformers' pipelines (seconds); only a task module that uses it should pay that."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from proctor.harness import specs; "
+            f"specs.load('lm_eval:mmlu_anatomy', Path({str(data_dir)!r}), 5, None); "
+            "assert 'evaluate' not in sys.modules, 'evaluate imported'")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -54,12 +54,14 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib.abc
+import importlib.util
 import sys
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from proctor import sandbox
 from proctor.errors import UserError
@@ -246,28 +248,64 @@ def leading_code(prompt: str) -> str:
 
 @contextmanager
 def sandboxed_code_eval() -> Iterator[None]:
-    """Within it, `evaluate.load("code_eval")` gives a `CodeEval`; any other name loads as evaluate loads it."""
-    try:
-        import evaluate
-    except ImportError:  # lm-eval's code tasks then fail to import, as they would in lm-eval
-        yield
-        return
-    original = evaluate.load
+    """Within it, `evaluate.load("code_eval")` gives a `CodeEval`; any other name loads as evaluate loads it.
+
+    `evaluate` is patched only when something imports it (a task module of lm-eval's code
+    tasks): importing it costs seconds (it imports transformers' pipelines), which a run of
+    MMLU should not pay.
+    """
     made: list[CodeEval] = []
+    patched: list[tuple[Any, Any]] = []
 
-    def load(path: str, *args: Any, **kwargs: Any) -> Any:
-        if path != NAME:
-            return original(path, *args, **kwargs)
-        made.append(CodeEval(allow_unsafe_exec=True))  # the module's own self-test (module docstring)
-        return made[-1]
+    def patch(evaluate: Any) -> None:
+        original = evaluate.load
 
-    evaluate.load = load
+        def load(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path != NAME:
+                return original(path, *args, **kwargs)
+            made.append(CodeEval(allow_unsafe_exec=True))  # the module's own self-test (module docstring)
+            return made[-1]
+
+        evaluate.load = load
+        patched.append((evaluate, original))
+
+    hook = _OnImport("evaluate", patch)
+    if "evaluate" in sys.modules:
+        patch(sys.modules["evaluate"])
+    else:
+        sys.meta_path.insert(0, hook)
     try:
         yield
     finally:
-        evaluate.load = original
+        if hook in sys.meta_path:
+            sys.meta_path.remove(hook)
+        for module, original in patched:
+            module.load = original
         for metric in made:
             metric.allow_unsafe_exec = False
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Calls `then(module)` right after the module `name` is first imported."""
+
+    def __init__(self, name: str, then: Callable[[Any], None]):
+        self.name, self.then = name, then
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; and the search below must not find this finder again
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            then(module)
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def code_evals(task: Any) -> list[CodeEval]:
