@@ -241,9 +241,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     """Write the HTML report of the given run directories."""
     from proctor.report.html import write_report
 
-    write_report([Path(r) for r in args.runs], Path(args.output), cluster_by=args.cluster_by,
-                 overwrite=args.overwrite, allow_edited=args.allow_edited)
-    print(f"wrote {args.output}")
+    size = write_report([Path(r) for r in args.runs], Path(args.output), cluster_by=args.cluster_by,
+                        overwrite=args.overwrite, allow_edited=args.allow_edited)
+    print(f"wrote {args.output} ({size})")
     return 0
 
 

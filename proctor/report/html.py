@@ -648,8 +648,8 @@ def write_report(run_dirs: Sequence[Union[str, Path]], output: Union[str, Path],
                  overwrite: bool = False, allow_edited: bool = False) -> str:
     """Write the HTML report of `run_dirs` to `output`, atomically; return its size, said (`size_note`).
 
-    The report is recorded in its directory's proctor manifest (so that only proctor's own
-    report is ever replaced). Two runs also get the paired comparison; UserError for a run
+    The report carries its own proctor-owned mark (so that only proctor's own report is ever
+    replaced). Two runs also get the paired comparison; UserError for a run
     proctor cannot read (`allow_edited`: as `proctor.read_run`).
     """
     from proctor.outputs.owned import write_owned_file
