@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="evaluate a model on task specs")
     add_flags(run)
+    run.add_argument("--per-task", action="store_true",
+                     help="also print every task's metrics (a suite's members), not only the primary scores")
 
     sub.add_parser("lm-eval", add_help=False,  # main() hands its arguments to lm-eval's command line
                    help="lm-eval's own command line, with proctor as --model proctor ([--data-dir DIR] first)")
@@ -129,7 +131,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _print_lm_eval_names(keywords["tasks"], list(result.primary_scores))
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-        print_results(result.primary_scores, list(result.tasks.values()))
+        print_results(result.primary_scores, list(result.tasks.values()), per_task=args.per_task)
         print(f"wrote {given}")
     return 0
 

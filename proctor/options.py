@@ -207,7 +207,7 @@ _DATA_DIR = "local data directory (default: $PROCTOR_DATA_DIR, else the hub)"
 class RunOptions:
     """Everything a run can be asked; a backend's own options are in `backend_options`."""
 
-    model: Any = option(DEFAULT_MODEL, "HF hub id, local dir, .gguf file, or smollm2-135m", _model)
+    model: Any = option(DEFAULT_MODEL, f"HF hub id, local dir, .gguf file or alias (default: {DEFAULT_MODEL})", _model)
     tasks: tuple[str, ...] = option(REQUIRED, "task or suite specs, e.g. mmlu_stem:mc::olmes", _tasks,
                                     cli={"nargs": "+"}, from_cli=specs_of)
     include: tuple[str, ...] = option((), _INCLUDE, paths, metavar="PATH", cli={"action": "append", "default": None},

@@ -21,8 +21,8 @@ def _fmt(value: Optional[float]) -> str:
 
 
 def print_results(primary_scores: Mapping[str, SpecScore], tasks: Sequence[TaskRecord],
-                  console: Console | None = None) -> None:
-    """Primary score per requested spec (`RunRecord.primary_scores`), then every task's metrics."""
+                  console: Console | None = None, *, per_task: bool = False) -> None:
+    """Primary score per requested spec (`RunRecord.primary_scores`); with `per_task`, every task's metrics too."""
     console = console or wide_console()
     scores = {spec: s.to_dict() for spec, s in primary_scores.items()}
     # pass@1 of n samples: its error counts a question's samples as one cluster; the naive one beside it
@@ -37,7 +37,7 @@ def print_results(primary_scores: Mapping[str, SpecScore], tasks: Sequence[TaskR
             headline.add_row(*row, *((_fmt(naive.get(spec)) if spec in naive else "",) if naive else ()))
     console.print(headline)
 
-    if len(tasks) > 1 or any("members" in s for s in scores.values()):
+    if per_task:
         # tasks of one run may have different metrics (accuracies, mc2, pass@k): each row
         # shows its primary, then the others by name
         detail = Table(title="Tasks", title_justify="left")
