@@ -23,6 +23,10 @@ PROMPT_FLAGS = ("tasks", "limit", "num_fewshot", "data_dir", "output", "include"
                 "fewshot_as_multiturn", "system_instruction", "gen_kwargs", "think_tags", "model")
 
 
+#: `proctor run`'s flags that say how the results print, not how the run goes (so not run options)
+DISPLAY_FLAGS = {"--per-task": "also print every task's metrics (a suite's members), not only the primary scores"}
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a bad option as one line and exit code 2."""
 
@@ -42,8 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="evaluate a model on task specs")
     add_flags(run)
-    run.add_argument("--per-task", action="store_true",
-                     help="also print every task's metrics (a suite's members), not only the primary scores")
+    for flag, help_text in DISPLAY_FLAGS.items():  # how the results print: no evaluate() keyword
+        run.add_argument(flag, action="store_true", help=help_text)
 
     sub.add_parser("lm-eval", add_help=False,  # main() hands its arguments to lm-eval's command line
                    help="lm-eval's own command line, with proctor as --model proctor ([--data-dir DIR] first)")

@@ -9,7 +9,7 @@ import pytest
 
 import proctor
 from proctor.backends.options import OPTION_TYPES, backend_fields, backend_options, taken_by
-from proctor.cli import PROMPT_FLAGS, build_parser
+from proctor.cli import DISPLAY_FLAGS, PROMPT_FLAGS, build_parser
 from proctor.errors import UserError
 from proctor.factual.cli import GENERATE_BACKEND_FLAGS, MODEL_FLAGS
 from proctor.backends.options import HFOptions
@@ -27,7 +27,9 @@ def subparser(*path: str) -> argparse.ArgumentParser:
 
 
 def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions if not isinstance(a, argparse._HelpAction)}
+    """The parser's run options (the CLI's display flags, which no run option stands for, left out)."""
+    display = {f.removeprefix("--").replace("-", "_") for f in DISPLAY_FLAGS}
+    return {a.dest: a for a in parser._actions if not isinstance(a, argparse._HelpAction) and a.dest not in display}
 
 
 def test_the_cli_flags_and_the_api_keywords_are_the_same_set_with_the_same_defaults():

@@ -54,8 +54,9 @@ def test_run_directory_has_every_record(real_run):
         for line in (real_run / task / "requests.jsonl").open()
     }
     assert engine["cached"] == 0 and engine["unique"] == len(keys)
-    # MMLU's 5-shot block and ARC's few-shot block are each computed once, not per row.
-    assert engine["prefixes_run"] >= 2 and engine["tokens_run"] < engine["tokens_total"]
+    # MMLU's 5-shot block and ARC's few-shot block are each computed once, not per row (as a
+    # prefix, or as a segment where the rows sharing it fit in one batch)
+    assert engine["prefixes_run"] >= 1 and engine["tokens_run"] < engine["tokens_total"]
 
     preds = [json.loads(line) for line in (real_run / "mmlu_astronomy-mc-olmes" / "predictions.jsonl").open()]
     assert [p["doc_id"] for p in preds] == list(range(6))
