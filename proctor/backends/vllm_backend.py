@@ -58,6 +58,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
@@ -626,6 +627,46 @@ for p in doomed.values():
 WATCH_INTERVAL_S = 0.2
 
 
+_ENGINE_WATCHDOG = """
+import os, sys, psutil
+os.read(int(sys.argv[1]), 1)   # returns at EOF: when the process holding the other end has died
+for pid, created in zip(sys.argv[2::2], sys.argv[3::2]):
+    try:
+        process = psutil.Process(int(pid))
+        if process.create_time() == float(created):   # not a later process given the same pid
+            process.kill()
+    except psutil.Error:
+        pass
+"""
+_engine_watchdog_pipes: list[int] = []   # write ends, held open for the life of this process
+
+
+def reap_engine_when_this_process_dies(since: float) -> None:
+    """Start a watchdog that kills the engine processes started since `since` once this process is gone.
+
+    vLLM's engine processes outlive a SIGKILLed front end (they wait on its sockets, holding
+    the model and the key/value cache); the watchdog kills them however this process ended.
+    Beside `reap_when_this_process_dies` (started before the engine, for a kill during its
+    start-up): this one, told at its start which processes to kill, was the one that always
+    held under the whole test suite's load.
+    """
+    import subprocess
+    import sys
+
+    import psutil
+
+    engine = [p for p in psutil.Process().children(recursive=True) if p.create_time() >= since - 1]
+    if not engine:
+        return
+    read_end, write_end = os.pipe()
+    pids = [str(x) for p in engine for x in (p.pid, p.create_time())]
+    # its own session: a terminal's Ctrl-C reaches proctor (which shuts vLLM down) and not it
+    subprocess.Popen([sys.executable, "-c", _ENGINE_WATCHDOG, str(read_end), *pids], pass_fds=(read_end,),
+                     start_new_session=True, stdin=subprocess.DEVNULL)
+    os.close(read_end)
+    _engine_watchdog_pipes.append(write_end)
+
+
 def reap_when_this_process_dies() -> None:
     """Start a watchdog that kills every process this one started (vLLM's engine core, its workers) once it is gone.
 
@@ -710,6 +751,7 @@ def load_vllm_backend(
     from vllm import LLM
 
     reap_when_this_process_dies()
+    started = time.time()
     try:
         llm = LLM(model=str(directory), tokenizer=str(directory), dtype=cast(Any, dtype_name), seed=seed,
                   tensor_parallel_size=tensor_parallel_size, max_model_len=max_length + 1,
@@ -722,6 +764,7 @@ def load_vllm_backend(
             raise
         raise UserError(f"vLLM's engine did not start for model {shown} (its own error is printed above); "
                         "check that vLLM supports this model and that the memory it asks for is free") from None
+    reap_engine_when_this_process_dies(started)
     from vllm import SamplingParams
 
     # vLLM >= 0.12 lets a prompt-log-prob request read the prefix cache
