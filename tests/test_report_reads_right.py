@@ -9,10 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -25,9 +22,9 @@ from proctor.outputs.run_dir import write_run
 from proctor.report.html import render_report, write_report
 from proctor.report.terminal import print_agreement
 from run_records import choice_record, run_record, task_record
+from test_report_browser import browser  # noqa: F401  (the fixture: Chromium, or a skip/fail as that module says)
 
 ALGEBRA, HISTORY = "mmlu_abstract_algebra:mc::olmes", "mmlu_high_school_european_history:mc::olmes"
-CHROMIUM = Path(os.environ.get("PROCTOR_CHROMIUM", "/usr/bin/chromium"))
 INTERVAL = re.compile(r"\[(-?\d+\.\d+), (-?\d+\.\d+)\]")
 
 
@@ -144,21 +141,7 @@ def test_a_file_listed_in_an_earlier_manifest_is_still_replaced(two_runs, tmp_pa
     assert listed == __import__("hashlib").sha256(out.read_bytes()).hexdigest()   # kept up to date
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists() or shutil.which(str(CHROMIUM)) is None:
-        if os.environ.get("PROCTOR_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"PROCTOR_REQUIRE_BROWSER=1 but there is no browser at {CHROMIUM}")
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-def test_every_table_fits_a_1280_px_window(browser, tmp_path):
+def test_every_table_fits_a_1280_px_window(browser, tmp_path):  # noqa: F811  (the imported fixture)
     """Two runs of two tasks with long names: the paired table's 16 columns, A only / B only last, fit;
     the charts are drawn (plotly.js unpacked and run under the page's policy)."""
     runs = []
