@@ -14,6 +14,7 @@ functions included: `proctor.option.checked_arguments`); nothing calls `sys.exit
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -73,6 +74,8 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
         include_tasks(list(where.include))
     evaluation = plan(list(options.tasks), data, options.limit, prompt_layout(options))
     evaluation.preflight(options.allow_unsafe_exec)  # a refusal costs no model load
+    if options.progress and is_main:  # what the run will do, before the model loads
+        print(f"proctor: {evaluation.summary()}", file=sys.stderr, flush=True)
     if options.max_length is None and not evaluation.uses_policy("lm_eval"):
         options = replace(options, max_length=DEFAULT_MAX_LENGTH)  # OLMES's window; no need to learn the model's
     data_seconds = time.perf_counter() - t0

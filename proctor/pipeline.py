@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from proctor.engine import Engine
+from proctor.engine.gen_plan import samples_needed
+from proctor.engine.workload import counted
 from proctor.errors import UserError
 from proctor.harness.specs import bare_lm_eval_name, is_harness_spec, load as load_harness
 from proctor.metrics import Stat
 from proctor.metrics.clusters import per_sample, task_error
 from proctor.options import RunOptions
 from proctor.outputs.records import MetricSummary, SpecScore, TaskRecord, finite
-from proctor.requests import Request, is_chat, policy_of
+from proctor.requests import Generate, Request, is_chat, policy_of
 from proctor.scores import TaskResult, spec_entry
 from proctor.tasks.base import Task, TaskConfig, Work
 from proctor.tasks.registry import is_known, resolve
@@ -73,6 +75,23 @@ class Plan:
     def has_chats(self) -> bool:
         """Whether any request's context is a chat (the run then needs a chat template)."""
         return any(is_chat(r) for r in self.requests())
+
+    def summary(self) -> str:
+        """One line: the tasks, their documents and the requests of each kind (samples × the limit of generations)."""
+        unique = {r.key: r for r in self.requests()}.values()
+        kinds = Counter(type(r).__name__ for r in unique)
+        parts = [counted(kinds[name], what) for name, what in (
+            ("Loglikelihood", "loglikelihood request"), ("RollingLoglikelihood", "rolling loglikelihood request"),
+            ("HiddenStates", "hidden-state request")) if kinds[name]]
+        generations = [r for r in unique if isinstance(r, Generate)]
+        if generations:
+            samples = sum(samples_needed(r) for r in generations)
+            longest = max(r.max_gen_toks for r in generations)
+            drawn = "" if samples == len(generations) else f" ({counted(samples, 'sample')})"
+            parts.append(f"{counted(len(generations), 'generation')}{drawn} of up to {longest:,} new tokens")
+        documents = sum(len(run.instances) for run in self.tasks.values())
+        return (f"{counted(len(self.tasks), 'task')}, {counted(documents, 'document')}: "
+                f"{', '.join(parts) or 'no requests'}")
 
     def preflight(self, allow_unsafe_exec: bool) -> None:
         """Let every task refuse now what it would refuse after the model work."""

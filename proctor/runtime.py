@@ -43,10 +43,10 @@ class ModelArg:
     @classmethod
     def of(cls, model: Any, backend: str) -> "ModelArg":
         """Sort out `model`: a path or id to load, a transformers model object, or a ready proctor Backend."""
-        from proctor.backends.loaded import is_transformers_model
-
         if isinstance(model, (str, os.PathLike)):
             return cls(os.fspath(model), location=os.fspath(model))
+        from proctor.backends.loaded import is_transformers_model  # imports torch: not for a path
+
         if backend != "hf":
             raise UserError(f"backend={backend!r} loads its model itself; pass the model's path or id, "
                             "not an object")

@@ -237,14 +237,50 @@ def test_empty_request_list(backend):
     assert Engine(backend, progress=True).run([]) == []
 
 
-def test_progress_is_off_without_a_tty(backend, capsys):
+def test_without_a_tty_no_bar_is_drawn_but_the_work_is_said_once(backend, capsys):
     from proctor.engine.progress import Progress
 
     bar = Progress(10, enabled=True)  # pytest's stderr is not a TTY
     bar.advance(4, tokens=100)
     bar.close()
-    Engine(backend, batch_size=2, progress=True).run(mc_requests(2))
     assert capsys.readouterr().err == ""
+    Engine(backend, batch_size=2, progress=True).run(mc_requests(2))
+    assert capsys.readouterr().err == "loglikelihood: 6 requests: 124 tokens in 1 batch\n"
+    Engine(backend, batch_size=2, progress=False).run(mc_requests(2))
+    assert capsys.readouterr().err == ""
+
+
+def test_a_run_says_its_work_and_from_the_second_on_a_rough_time(backend, tmp_path, capsys):
+    from proctor.engine import ResultCache
+    from proctor.engine.workload import MIN_MEASURED_SECONDS
+
+    with ResultCache(tmp_path / "results.sqlite") as cache:
+        engine = Engine(backend, batch_size=2, progress=True, cache=cache)
+        engine.run(mc_requests(2))
+        first = capsys.readouterr().err
+        assert "measured here" not in first  # a call this short measures no rate
+        cache.put_rate(engine.fingerprint, "loglikelihood", 62.0)  # as a run of MIN_MEASURED_SECONDS or more keeps
+        engine.run(mc_requests(3))
+        said = capsys.readouterr().err
+    assert said == ("loglikelihood: 3 requests (6 more cached): 146 tokens in 1 batch; about 2 s at the 62 "
+                    "tokens/s measured here before\n"), (said, MIN_MEASURED_SECONDS)
+
+
+def test_a_rate_is_kept_per_fingerprint_and_kind_and_a_tampered_one_is_dropped(tmp_path):
+    import sqlite3
+
+    from proctor.engine import ResultCache
+
+    path = tmp_path / "results.sqlite"
+    with ResultCache(path) as cache:
+        cache.put_rate("fp", "generate", 10.0)
+        cache.put_rate("fp", "generate", 12.5)  # the last rate measured wins
+        assert cache.get_rate("fp", "generate") == 12.5 and cache.get_rate("fp", "loglikelihood") is None
+        assert cache.get_rate("other", "generate") is None
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE rate SET tokens_per_second = 1e9")
+    with ResultCache(path) as cache:
+        assert cache.get_rate("fp", "generate") is None and cache.tampered == 1
 
 
 def test_out_of_memory_halves_the_batch_and_retries(backend):
@@ -303,3 +339,11 @@ def test_hf_backend_turns_out_of_memory_into_batch_too_large(backend, monkeypatc
     monkeypatch.setattr(backend.model.get_decoder(), "forward", other)
     with pytest.raises(RuntimeError, match="some other failure"):
         backend.score(rows)
+
+
+def test_a_plan_says_its_documents_requests_and_generation_bound_before_any_model(data_dir):
+    from proctor.pipeline import PromptOptions, plan
+
+    evaluation = plan(["mmlu_astronomy:mc::olmes", "gsm8k::olmo3:n8:v2"], data_dir, 2, PromptOptions())
+    assert evaluation.summary() == ("2 tasks, 4 documents: 8 loglikelihood requests, 2 generations (16 samples) of "
+                                    "up to 512 new tokens")

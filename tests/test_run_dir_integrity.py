@@ -235,7 +235,7 @@ FULL_DISK = """
     from proctor.requests import LoglikelihoodResult
     path, filler = sys.argv[1] + "/results.sqlite", sys.argv[1] + "/filler"
     with open(filler, "wb") as f:  # most of the disk taken by other files
-        f.write(b"x" * 160 * 1024)
+        f.write(b"x" * 140 * 1024)
     cache = ResultCache(path)
     try:
         for batch in range(10000):

@@ -9,6 +9,8 @@ An option two backends take (`device`, `dtype`) is one declaration shared by bot
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
@@ -47,6 +49,37 @@ def _dtype() -> Any:
                   one_of(*DTYPES), choices=DTYPES)
 
 
+def torch_build() -> dict[str, Any]:
+    """Return the facts of torch's build (`cuda`, `hip`, ...) from torch/version.py, without importing torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:
+        return {}
+    path = os.path.join(os.path.dirname(spec.origin), "version.py")
+    facts: dict[str, Any] = {}
+    try:
+        with open(path, encoding="utf-8") as file:
+            exec(compile(file.read(), path, "exec"), facts)  # names and constants only
+    except (OSError, SyntaxError, ImportError):
+        return {}
+    return facts
+
+
+def refuse_absent_device(device: str) -> None:
+    """Refuse `device` when, without importing torch (seconds), it is plain that this machine has no such device.
+
+    resolve_device (with torch) still has the last word: this only makes the common refusals fast.
+    """
+    kind = device.split(":", 1)[0]
+    if kind not in ("cuda", "mps"):
+        raise UserError(f"unknown device {device!r} (--device); use cpu, cuda, cuda:N or mps")
+    if kind == "mps" and sys.platform != "darwin":
+        raise UserError(f"device {device!r} requested but MPS is not available here; use --device cpu")
+    build = torch_build()
+    if kind == "cuda" and build.get("__version__") and not (build.get("cuda") or build.get("hip")):
+        raise UserError(f"device {device!r} requested but CUDA is not available here (torch {build['__version__']} "
+                        "is a CPU build); use --device cpu")
+
+
 @dataclass(frozen=True)
 class HFOptions:
     """`--backend hf`: transformers in this process (the default)."""
@@ -57,6 +90,7 @@ class HFOptions:
     def check(self) -> None:
         """Refuse a device name that is unknown or not available on this machine."""
         if self.device not in (None, "cpu"):  # these need no look at the machine (nor torch)
+            refuse_absent_device(self.device)  # in a split second, where torch's build tells
             from proctor.backends.hf import resolve_device
 
             resolve_device(self.device)

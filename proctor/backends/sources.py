@@ -7,6 +7,7 @@ changed one does not.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import stat
@@ -100,8 +101,10 @@ def hub_snapshot(repo_id: str) -> Path:
         path = snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model"])
     except Exception as e:  # the hub client raises many types (offline, 404, auth)
         first = (str(e).strip() or type(e).__name__).splitlines()[0]
+        close = difflib.get_close_matches(repo_id, ALIASES, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
         raise UserError(
-            f"cannot load model {repo_id!r} from the Hugging Face hub ({first}); "
+            f"cannot load model {repo_id!r} from the Hugging Face hub ({first}); {hint}"
             f"pass a local directory, a .gguf file, or an alias ({', '.join(sorted(ALIASES))})"
         ) from None
     return Path(path)

@@ -2,7 +2,8 @@
 
 Loglikelihood results, generations (all samples of a request, as JSON), hidden states
 (an array's bytes) and how many context tokens left truncation cut from a request live in
-four tables.
+four tables; a fifth keeps the rate (tokens/s) each kind of work last ran at, for the
+rough time a run says before it starts (`proctor.engine.workload`).
 
 The fingerprint identifies the model, dtype, device type, max_length and tokenization
 policy; the request key identifies the work. The first stored result for a key wins
@@ -39,6 +40,7 @@ _COLUMNS = {
     "generation": ("fingerprint", "key", "samples", "checksum"),
     "truncation": ("fingerprint", "key", "dropped", "checksum"),
     "hidden": ("fingerprint", "key", "dtype", "shape", "data", "checksum"),
+    "rate": ("fingerprint", "key", "tokens_per_second", "checksum"),
 }
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS loglikelihood (
@@ -63,6 +65,13 @@ CREATE TABLE IF NOT EXISTS hidden (
     dtype TEXT NOT NULL,
     shape TEXT NOT NULL,
     data BLOB NOT NULL,
+    checksum INTEGER,
+    PRIMARY KEY (fingerprint, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rate (
+    fingerprint TEXT NOT NULL,
+    key TEXT NOT NULL,
+    tokens_per_second REAL NOT NULL,
     checksum INTEGER,
     PRIMARY KEY (fingerprint, key)
 ) WITHOUT ROWID;
@@ -290,6 +299,18 @@ class ResultCache:
     def get_truncated(self, fingerprint: str, keys: Iterable[str]) -> dict[str, int]:
         """Return the context tokens left truncation cut, for those of `keys` that have a count stored."""
         return dict(self._select("key, dropped, checksum", "truncation", fingerprint, keys))
+
+    def put_rate(self, fingerprint: str, kind: str, tokens_per_second: float) -> None:
+        """Keep the rate `kind` just ran at (it replaces the last one: rates are no results)."""
+        row = (fingerprint, kind, float(tokens_per_second))
+        with self._guard("store results"), self._db:
+            self._db.execute("INSERT OR REPLACE INTO rate VALUES (?, ?, ?, ?)", (*row, _checksum(*row)))
+
+    def get_rate(self, fingerprint: str, kind: str) -> Optional[float]:
+        """Return the rate `kind` last ran at under `fingerprint` (None when none was kept)."""
+        for _, rate in self._select("key, tokens_per_second, checksum", "rate", fingerprint, [kind]):
+            return float(rate)
+        return None
 
     def count(self, fingerprint: str) -> int:
         """Return how many loglikelihood results are stored under `fingerprint`."""

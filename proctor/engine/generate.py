@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 from proctor.engine.gen_plan import PlannedGen, check_request, plan_generation
 from proctor.engine.lifecycle import Done
 from proctor.engine.tokens import GENERATION_POLICY_VERSION
+from proctor.engine.workload import counted, keep_rate, measured_rate, workload_line
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import Generate, GenerateResult, Generation
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 # at 85 new tokens/s with 64 slots and 108 with 128 (README, generation speed).
 GEN_BUDGET_FACTOR = 64
 MAX_AUTO_SLOTS = 256
+RATE = "generate"  # the rate kept for the next run's rough time (`proctor.engine.workload`)
 
 
 def generation_slots(engine: Engine, rows: Sequence[PlannedGen]) -> int:
@@ -66,6 +68,7 @@ class Generating:
         self.started = time.perf_counter()
         self.unique: Mapping[str, Generate] = {}
         self.fingerprints: dict[str, str] = {}
+        self.tokens_before = 0  # the engine's gen_tokens when this call's work began
 
     def start(self, unique: Mapping[str, Generate]) -> None:
         """Check the requests and note each one's fingerprint (sampled ones depend on the run seed)."""
@@ -114,6 +117,24 @@ class Generating:
                                    for k, c in zip(keys, contexts)], self.engine.seed)
         self.engine.stats.gen_batches = 1
         return [p for p in planned if p.key in pending]
+
+    def workload(self, units: Sequence[PlannedGen], pending: int, cached: int) -> str:
+        """Say how many requests and samples are to generate, up to how many tokens, and roughly how long."""
+        self.tokens_before = self.engine.stats.gen_tokens
+        samples = sum(len(p.row.seeds) for p in units)
+        bound = sum(len(p.row.seeds) * p.row.max_new_tokens for p in units)
+        longest = max((p.row.max_new_tokens for p in units), default=0)
+        each = {len(p.row.seeds) for p in units}
+        drawn = "" if samples == len(units) else f", {next(iter(each))} samples each" if len(each) == 1 else \
+            f", {counted(samples, 'sample')}"
+        held = f" ({cached:,} more cached)" if cached else ""
+        return workload_line(self.description, f"{counted(pending, 'request')}{held}{drawn}, up to {longest:,} new "
+                             f"tokens a sample (at most {bound:,} tokens)", bound, measured_rate(self.engine, RATE),
+                             at_most=True)
+
+    def measured(self, seconds: float) -> None:
+        """Keep this call's rate (new tokens/s)."""
+        keep_rate(self.engine, RATE, self.engine.stats.gen_tokens - self.tokens_before, seconds)
 
     def execute(self, units: Sequence[PlannedGen], done: Done) -> None:
         """Send the rows to the backend as one queue (continuous batching), halving the slots on running out of memory.

@@ -25,12 +25,14 @@ import numpy as np
 
 from proctor.engine.lifecycle import Done
 from proctor.engine.plan import Batch, PlannedRow, Row, partition
+from proctor.engine.workload import keep_rate, measured_rate, scored_work
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import HiddenStates, HiddenStatesResult
 
 if TYPE_CHECKING:
     from proctor.engine.engine import Engine
 
+RATE = "hidden states"  # the rate kept for the next run's rough time (`proctor.engine.workload`)
 HIDDEN_VERSION = "hidden-1"  # bump when a request's states could change; part of every cache key
 
 
@@ -70,6 +72,7 @@ class HiddenReading:
         self.fingerprint = f"{engine.fingerprint}|{HIDDEN_VERSION}"
         self.started = time.perf_counter()
         self.pending: set[str] = set()  # what no rank holds
+        self.tokens_before = 0  # the engine's tokens_run when this call's work began
 
     def start(self, unique: Mapping[str, HiddenStates]) -> None:
         """Check that every request reads only blocks the model has."""
@@ -97,6 +100,16 @@ class HiddenReading:
         """Return the batches holding a pending request, of the plan of them all, with their (layers, dtype)."""
         self.pending = pending
         return [(group, b) for group, b in plan_hidden(self.engine, unique) if any(k in pending for k in b.keys)]
+
+    def workload(self, units: Sequence[tuple[tuple, Batch]], pending: int, cached: int) -> str:
+        """Say how many requests, tokens and batches are to read, and roughly how long that takes."""
+        self.tokens_before = self.engine.stats.tokens_run
+        return scored_work(self.description, [b for _, b in units], pending, cached,
+                           measured_rate(self.engine, RATE))
+
+    def measured(self, seconds: float) -> None:
+        """Keep this call's rate (the tokens the backend ran)."""
+        keep_rate(self.engine, RATE, self.engine.stats.tokens_run - self.tokens_before, seconds)
 
     def execute(self, units: Sequence[tuple[tuple, Batch]], done: Done) -> None:
         """Compute each batch's states, storing and handing them on as it is done."""

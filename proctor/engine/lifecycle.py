@@ -12,8 +12,9 @@ unit runs on the backend. `serve` does the rest, the same for all of them:
 2. stored results are read (in parts) and handed on at once;
 3. the ranks learn which keys some rank holds; the rest is pending;
 4. the kind plans ALL the requests (so a resumed run cuts the very units an uninterrupted
-   one does) and this rank runs every world_size-th unit that holds pending work, storing
-   each as it finishes, so a killed run loses at most the unit in flight;
+   one does), says what the pending work is and roughly how long it takes, and this rank
+   runs every world_size-th unit that holds pending work, storing each as it finishes, so
+   a killed run loses at most the unit in flight;
 5. under torchrun the ranks exchange results, each sent once (by its lowest holder, read
    back from its cache, or by the rank that made it), and one rank per machine stores
    what its cache lacked.
@@ -24,6 +25,7 @@ a caller that streams (hidden states: GBs for a large model) keeps none of them.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import Any, Callable, Generic, Iterator, Mapping, Optional, Protocol, Sequence, TypeVar
 
@@ -59,8 +61,14 @@ class Kind(Protocol[V]):
         it goes).
         """
 
+    def workload(self, units: Sequence[Any], pending: int, cached: int) -> str:
+        """Say in one line what the planned units will do (`pending` requests, `cached` held), and a rough time."""
+
     def execute(self, units: Sequence[Any], done: Done) -> None:
         """Run this rank's units; store and report (`done`) each unit's new results as it finishes."""
+
+    def measured(self, seconds: float) -> None:
+        """Keep the rate this rank's units ran at (`seconds` for `execute`), for the next run's rough time."""
 
     def finish(self, done: Done) -> None:
         """After this rank's units: what other ranks' parts of requests complete (rolling requests)."""
@@ -120,7 +128,11 @@ def serve(kind: Kind[V], requests: Sequence[Any], on_result: Callable[[int, V], 
             bar.advance(len(results), tokens)
 
         if pending:
-            kind.execute(distributed.mine(kind.plan(unique, pending)), done)
+            units = kind.plan(unique, pending)
+            bar.say(kind.workload(units, len(pending), len(unique) - len(pending)))
+            started = time.perf_counter()
+            kind.execute(distributed.mine(units), done)
+            kind.measured(time.perf_counter() - started)
             kind.finish(completed)
         else:
             kind.held_everywhere(keys)

@@ -32,6 +32,7 @@ class Progress:
         self._bar: Optional[RichProgress] = None
         self._tokens = 0
         self._started = time.monotonic()
+        self._enabled = enabled
         if enabled and sys.stderr.isatty():
             self._bar = RichProgress(
                 TextColumn("{task.description}"),
@@ -44,6 +45,13 @@ class Progress:
             )
             self._task = self._bar.add_task(description, total=total, tok_s=0.0)
             self._bar.start()
+
+    def say(self, line: str) -> None:
+        """Print `line` to stderr above the bar (without a terminal, as a plain line) when progress is shown."""
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+        elif self._enabled:
+            print(line, file=sys.stderr, flush=True)
 
     def advance(self, requests: int, tokens: int = 0) -> None:
         """Count `requests` as done and `tokens` as run by the model (the tok/s rate)."""

@@ -17,6 +17,7 @@ from proctor.engine.lifecycle import Done
 from proctor.engine.plan import Batch
 from proctor.engine.rolling import RollingTally, RollingWork, rolling_fingerprint
 from proctor.engine.stats import EngineStats
+from proctor.engine.workload import keep_rate, measured_rate, scored_work
 from proctor.errors import BatchTooLarge, UserError
 from proctor.requests import Loglikelihood, LoglikelihoodResult, RollingLoglikelihood
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from proctor.engine.engine import Engine
 
 Scored = Union[Loglikelihood, RollingLoglikelihood]
+RATE = "loglikelihood"  # the rate kept for the next run's rough time (`proctor.engine.workload`)
 
 
 def split(requests: Iterable[Scored]) -> tuple[dict[str, Loglikelihood], dict[str, RollingLoglikelihood]]:
@@ -101,6 +103,14 @@ class Scoring:
         self.tally = RollingTally(work, unfinished, stored)
         self.todo = {k for k in self.plain if k in pending} | {k for k in chunk_keys if k not in self.chunks.known}
         return [b for b in batches if any(k in self.todo for k in b.keys)]
+
+    def workload(self, units: Sequence[Batch], pending: int, cached: int) -> str:
+        """Say how many requests, tokens and batches are to score, and roughly how long that takes."""
+        return scored_work(self.description, list(units), pending, cached, measured_rate(self.engine, RATE))
+
+    def measured(self, seconds: float) -> None:
+        """Keep this call's scoring rate (the tokens the backend ran)."""
+        keep_rate(self.engine, RATE, self.engine.stats.tokens_run, seconds)
 
     def execute(self, units: Sequence[Batch], done: Done) -> None:
         """Score this rank's batches, storing each batch's results as it is done.
