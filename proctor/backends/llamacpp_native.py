@@ -20,7 +20,9 @@ import numpy as np
 
 from proctor.errors import UserError
 
-INSTALL_HINT = "pip install 'proctor[llamacpp]'"
+#: a portable build: pip's own (-march=native) turns on ggml's AMX kernels, which crash on AMX Xeons
+INSTALL_HINT = ("CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'proctor[llamacpp]' (a portable build, ~10 min; "
+                "from a clone: bash scripts/install --llamacpp, ~7 min)")
 GGUF_MAGIC = b"GGUF"
 BATCH = 512      # tokens per llama_decode call (n_batch = n_ubatch)
 _PIECE = 128     # bytes of the first detokenize buffer; grown on demand
