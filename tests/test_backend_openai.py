@@ -29,6 +29,7 @@ from proctor.engine.chat import ChatTemplate
 from proctor.engine.gen_plan import GenRow
 from proctor.errors import UserError
 from proctor.requests import Chat, Generate, Generation, Loglikelihood, Message
+from tests.serving import serving
 
 from tinylm import build_tokenizer
 
@@ -159,18 +160,8 @@ def tokenizer():
 
 @pytest.fixture
 def serve(tokenizer):
-    servers = []
-
-    def start(tok=None, **flags) -> FakeServer:
-        server = FakeServer(tok or tokenizer, **flags)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with serving() as start:
+        yield lambda tok=None, **flags: start(FakeServer(tok or tokenizer, **flags))
 
 
 def backend_for(server_url, tokenizer, **options) -> OpenAIBackend:

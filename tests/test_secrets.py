@@ -18,7 +18,6 @@ import base64
 import json
 import re
 import sys
-import threading
 import urllib.parse
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from proctor.backends.openai_http import CompletionsClient, RetryPolicy
 from proctor.backends.redact import Secrets, redact_url, strip_credentials
 from proctor.cli import main
 from proctor.errors import UserError
+from tests.serving import serving
 from test_backend_openai import FakeCompletions, FakeServer
 from tinylm import build_tokenizer
 
@@ -126,18 +126,8 @@ def tokenizer_dir(tokenizer, tmp_path_factory):
 
 @pytest.fixture
 def serve(tokenizer):
-    servers = []
-
-    def start(status, cut=False) -> EchoServer:
-        server = EchoServer(tokenizer, status, cut)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    with serving() as start:
+        yield lambda status, cut=False: start(EchoServer(tokenizer, status, cut))
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """`proctor factual ...`: build the bank, generate, validate, score, extract hidden states, ISS/KTS.
 
-Files under `--output-dir` (default outputs/factual), one set per model name:
+Files under `--output-dir` (default runs/factual), one set per model name:
   generations/<model>.jsonl        the seed's generations schema (+ <model>.provenance.json)
   scored/<model>.scored.jsonl      the seed's scored schema; scored/<model>.summary.json
   hidden/<model>/                  L{l:03d}.npy + index.json (the seed's layout)
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from proctor.engine.chat import ChatTemplate
     from proctor.factual.bank import Bank
 
-DEFAULT_OUTPUT = "outputs/factual"
+DEFAULT_OUTPUT = "runs/factual"
 
 
 #: `proctor run` options the model steps take, as declared there (`proctor.options`)
