@@ -12,6 +12,7 @@ def main() -> None:
     parser.add_argument("report", type=Path)
     parser.add_argument("png", type=Path)
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--width", type=int, default=1280, help="the window's width in pixels (every table fits 1280)")
     parser.add_argument("--height", type=int, default=2600, help="pixels of the page to capture")
     parser.add_argument("--at", help="the id of the element to start from, e.g. paired-section")
     args = parser.parse_args()
@@ -19,7 +20,7 @@ def main() -> None:
 
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=args.chromium, headless=True, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1400, "height": args.height})
+        page = browser.new_page(viewport={"width": args.width, "height": args.height})
         page.goto(args.report.resolve().as_uri())
         page.wait_for_function("[...document.querySelectorAll('.chart')].every(c => c.querySelector('.main-svg'))")
         if args.at:

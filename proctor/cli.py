@@ -6,6 +6,7 @@ import argparse
 import atexit
 import json
 import os
+import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -265,11 +266,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     print(f"wrote {args.output}: {manifest.rows} rows ({args.target}) of {len(manifest.tasks)} tasks")
     for name, why in manifest.left_out.items():
         print(f"  left out {name}: {why}")
-    model = manifest.bergson_model or "MODEL"
-    print(f"next: bergson build INDEX --model {model} --dataset {args.output} --projection_dim 16\n"
-          f"      bergson score SCORES --model {model} --dataset TRAIN --query_path INDEX --score individual "
-          f"--projection_dim 16\n"
-          f"      proctor attribution join {args.output} SCORES")
+    # The commands of docs/tutorials/attribution.md, with this export's paths: shell lines to paste once
+    # TRAIN (and MODEL, when the run's model cannot be named) is set. Bergson 2.5.1 computes in fp32 by default.
+    export = Path(args.output)
+    out, index, scores = (shlex.quote(str(export) + suffix) for suffix in ("", "-index", "-scores"))
+    needs = "TRAIN to the training documents (a `datasets` directory, .jsonl file or hub id with a `text` column)"
+    if manifest.bergson_model is None:
+        needs += " and MODEL to the run's model as transformers loads it (a hub id or directory)"
+    print(f"next: set {needs}, then:")
+    if manifest.bergson_model is not None:
+        print(f"      MODEL={shlex.quote(manifest.bergson_model)}")
+    print(f'      bergson build {index} --model "$MODEL" --dataset {out} --projection_dim 16\n'
+          f'      bergson score {scores} --model "$MODEL" --dataset "$TRAIN" --query_path {index} --score individual '
+          f"--unit_normalize --projection_dim 16 --truncation\n"
+          f"      proctor attribution join {out} {scores}")
     return 0
 
 

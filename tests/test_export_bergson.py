@@ -231,6 +231,40 @@ def test_scores_that_are_not_the_exports_are_refused(gold, tmp_path):
         join_table(tmp_path, damaged)
 
 
+# ---- the commands it prints -------------------------------------------------------------------
+
+
+def test_the_export_prints_the_tutorials_commands(tiny_run, tmp_path, monkeypatch, capsys):
+    """The `next:` lines are docs/tutorials/attribution.md's commands, verbatim: its bash block runs them, and
+    its console block shows them as printed; MODEL is the run's model as transformers loads it."""
+    import shlex
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "tutorials" / "attribution.md").read_text(encoding="utf-8")
+    monkeypatch.chdir(tmp_path)  # the page's relative paths
+    assert main(["export", "bergson", str(tiny_run / "run"), "--output", "runs/export", "--target", "gold"]) == 0
+    printed = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    commands = [line for line in printed if line.startswith(("bergson ", "proctor attribution "))]
+    assert [c.split()[:2] for c in commands] == [["bergson", "build"], ["bergson", "score"], ["proctor", "attribution"]]
+    for command in commands:
+        assert f"\n{command}\n" in page, f"the page's bash block does not run: {command}"
+        assert f"\n      {command}\n" in page, f"the page's console block does not show: {command}"
+    assert f"MODEL={shlex.quote(str(tiny_run / 'tiny'))}" in printed
+    assert "--unit_normalize" in commands[1] and '--dataset "$TRAIN"' in commands[1]
+
+
+def test_the_printed_commands_are_shell_lines_for_any_output_path(tiny_run, tmp_path, capsys):
+    import shlex
+
+    out = tmp_path / "my exports" / "it's"
+    assert main(["export", "bergson", str(tiny_run / "run"), "--output", str(out)]) == 0
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    build, score, join = (shlex.split(line) for line in lines if line.startswith(("bergson ", "proctor attribution ")))
+    assert build[2] == f"{out}-index" and build[build.index("--dataset") + 1] == str(out)
+    assert score[2] == f"{out}-scores" and score[score.index("--query_path") + 1] == f"{out}-index"
+    assert score[score.index("--dataset") + 1] == "$TRAIN" and build[build.index("--model") + 1] == "$MODEL"
+    assert join[3:] == [str(out), f"{out}-scores"]
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 
