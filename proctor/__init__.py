@@ -5,6 +5,7 @@ The library's entry points (imported on first use, so `import proctor` stays lig
 - `proctor.evaluate(model, tasks=[...], ...)` -> `RunRecord` (see `proctor.api`)
 - `proctor.read_run(directory)` -> `RunRecord`, and `proctor.write_run(record, directory)`
   (see `proctor.outputs.run_dir`)
+- `proctor.load_model(model)` -> `(model, tokenizer)`: transformers objects, for a training loop
 - `proctor.task(...)`: the decorator that registers a Python task class
 - `proctor.include(paths)`: load task files (YAML/TOML) and task modules of your own
 - `proctor.UserError`: the one exception type for mistakes a caller can fix
@@ -23,6 +24,7 @@ _LAZY = {
     "evaluate": "proctor.api",
     "read_run": "proctor.api",   # proctor.outputs.run_dir's, its arguments checked
     "write_run": "proctor.api",
+    "load_model": "proctor.runtime",   # (model, tokenizer) as transformers objects, for a training loop
     "task": "proctor.tasks.plugins",
     "include": "proctor.tasks.plugins",
     "RunRecord": "proctor.outputs.records",

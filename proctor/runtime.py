@@ -17,16 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Optional, Union
 
-from proctor.backends.options import HFOptions, backend_record
-from proctor.backends.sources import ModelSource, resolve_tokenizer
+from proctor.backends.options import DTYPES, HFOptions, backend_record
+from proctor.backends.sources import ModelSource, resolve_source, resolve_tokenizer
 from proctor.cache_dir import results_path
-from proctor.defaults import DEFAULT_MAX_LENGTH
+from proctor.defaults import DEFAULT_MAX_LENGTH, DEFAULT_MODEL
 from proctor.engine import Engine, ResultCache
 from proctor.engine.backend import Backend
 from proctor.engine.chat import ChatTemplate
 from proctor.engine.distributed import DistributedContext
 from proctor.errors import UserError
-from proctor.option import boolean, checked_arguments, instance_of, one_path
+from proctor.option import boolean, checked_arguments, instance_of, one_of, one_path, some_text
 from proctor.options import RunOptions, all_fields
 
 
@@ -196,6 +196,25 @@ class TokenizerSession:
 def _tokenizer(name: str, value: Any) -> Union[str, ModelSource]:
     """Accept a tokenizer's directory, .gguf file, alias or hub id (a string or os.PathLike), or a ModelSource."""
     return value if isinstance(value, ModelSource) else one_path(name, value)
+
+
+@checked_arguments(model=one_path, device=some_text, dtype=one_of(*DTYPES))
+def load_model(model: Union[str, "os.PathLike[str]"] = DEFAULT_MODEL, *, device: Optional[str] = None,
+               dtype: str = "auto") -> tuple[Any, Any]:
+    """Load a model as a training loop holds one: `(model, tokenizer)`, transformers objects, in eval mode.
+
+    `model` is what `proctor run --model` takes (a hub id, a directory, a .gguf file or an
+    alias: the embedded GGUF's converted float32 copy, converted on first use); `device` and
+    `dtype` are `--device` and `--dtype` (auto: CUDA when available, bfloat16 on a GPU that
+    runs it fast, else float32). Raises UserError (one line) when it cannot be found or loaded.
+    """
+    HFOptions(device=device, dtype=dtype).check()
+    from proctor.backends.hf import resolve_device, resolve_dtype
+    from proctor.backends.models import load_model as load_source
+
+    where = resolve_device(device)
+    loaded = load_source(resolve_source(os.fspath(model)), dtype=resolve_dtype(dtype, where), device=where)
+    return loaded.model, loaded.tokenizer
 
 
 @checked_arguments(tokenizer=_tokenizer)

@@ -121,9 +121,11 @@ PUBLIC = {
     "include": (proctor.include, lambda: {"paths": ["no-such-task-file.yaml"]}),
     "session": (call_session, lambda: {"model": "./no-such-model"}),
     "open_tokenizer": (open_tokenizer, lambda: {"tokenizer": "./no-such-tokenizer"}),
+    "load_model": (proctor.load_model, lambda: {"model": "./no-such-model"}),
 }
 TARGETS = {"evaluate": proctor.evaluate, "read_run": proctor.read_run, "write_run": proctor.write_run,
-           "task": proctor.task, "include": proctor.include, "session": session, "open_tokenizer": open_tokenizer}
+           "task": proctor.task, "include": proctor.include, "session": session, "open_tokenizer": open_tokenizer,
+           "load_model": proctor.load_model}
 
 
 def parameters(name: str) -> list[str]:
