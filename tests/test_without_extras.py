@@ -82,7 +82,7 @@ def test_every_command_works_or_names_its_extra(core_only, data_dir, tmp_path):
         done = proctor(env, *args)
         tracebacks += [extra] if "Traceback" in done.stderr else []
         assert done.returncode == 2, (extra, done.stderr[-1500:])
-        (line,) = done.stderr.strip().splitlines()
+        (line,) = done.stderr.strip().splitlines()  # the error alone: refused before any other work
         assert f"proctor[{extra}]" in line, line
     assert tracebacks == []
     assert not any((tmp_path / name).exists() for name in "lvoh")

@@ -18,11 +18,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
+from proctor.backends.extras import LLAMACPP_INSTALL
 from proctor.errors import UserError
 
-#: a portable build: pip's own (-march=native) turns on ggml's AMX kernels, which crash on AMX Xeons
-INSTALL_HINT = ("CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'proctor[llamacpp]' (a portable build, ~10 min; "
-                "from a clone: bash scripts/install --llamacpp, ~7 min)")
+INSTALL_HINT = LLAMACPP_INSTALL
 GGUF_MAGIC = b"GGUF"
 BATCH = 512      # tokens per llama_decode call (n_batch = n_ubatch)
 _PIECE = 128     # bytes of the first detokenize buffer; grown on demand

@@ -14,6 +14,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
+from proctor.backends.extras import LLAMACPP_INSTALL, VLLM_INSTALL
 from proctor.backends.redact import redact_url
 from proctor.backends.sources import ModelSource, classify_source, resolve_source
 from proctor.errors import UserError
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from proctor.engine.backend import Backend
 
 BACKENDS = ("hf", "llamacpp", "openai", "vllm")
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -115,9 +117,12 @@ class LlamaCppOptions:
     device: Optional[str] = option(None, "cpu (llama.cpp runs on the CPU)", some_text)
 
     def check(self) -> None:
-        """Refuse any device but the CPU."""
+        """Refuse any device but the CPU, and a machine without llama-cpp-python (before any other work)."""
         if self.device not in (None, "cpu"):
             raise UserError("--device does not apply to --backend llamacpp")
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise UserError(f"the llama.cpp backend needs llama-cpp-python, which is not installed; install it: "
+                            f"{LLAMACPP_INSTALL}")
 
     def locate(self, model: str) -> ModelSource:
         """Resolve `model` to its GGUF file, refusing anything else before the file is read."""
@@ -189,9 +194,11 @@ class VLLMOptions:
         "reserves (default: proctor sizes its key/value cache)", fraction, parse=parse_fraction)
 
     def check(self) -> None:
-        """Refuse any device but cuda or cpu."""
+        """Refuse any device but cuda or cpu, and a machine without vLLM (before any other work)."""
         if self.device not in (None, "cuda", "cpu"):
             raise UserError("--device does not apply to --backend vllm")
+        if importlib.util.find_spec("vllm") is None:
+            raise UserError(f"the vLLM backend needs the vllm package, which is not installed: {VLLM_INSTALL}")
 
     def locate(self, model: str) -> ModelSource:
         """Resolve `model` (hub id, directory, .gguf file or alias) to the files it loads from."""

