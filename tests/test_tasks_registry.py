@@ -39,12 +39,14 @@ def test_all_specs():
               for family in catalog.FAMILIES}
     assert counts == {
         "mmlu": 57 * 3, "socialiqa": 4, "arc": 6, "hellaswag": 3,    # OLMES MC/RC (+ MMLU's ::tulu)
+        "boolq": 2, "csqa": 2, "openbookqa": 2,                       # OLMES MC/RC
+        "piqa": 2, "winogrande": 2,                                   # OLMES MC/RC
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
         "lm_eval.arc": 1, "lm_eval.hellaswag": 1, "lm_eval.mmlu": 57,
         "lm_eval.truthfulqa": 2, "lm_eval.bigbench": 9,              # lm-eval formats
         "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
-    assert len(specs) == sum(counts.values()) == 357
+    assert len(specs) == sum(counts.values()) == 367
 
 
 def test_every_suite_member_resolves():
@@ -70,7 +72,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 27 + ["task"] * 357
+    assert [r.kind for r in rows] == ["suite"] * 27 + ["task"] * 367
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}

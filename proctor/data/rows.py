@@ -22,6 +22,8 @@ SIQA_LABELS = ("1", "2", "3")
 ARC_LABELS = ("ABCDE", "12345")
 HELLASWAG_ENDINGS = 4
 HELLASWAG_LABELS = ("0", "1", "2", "3")
+CSQA_CHOICES = 5
+OBQA_CHOICES = 4
 GSM8K_GOLD = "####"
 
 
@@ -62,6 +64,64 @@ def hellaswag(row: object, where: str) -> dict:
     return {**out, "endings": list(endings), "label": label}
 
 
+def boolq(row: object, where: str) -> dict:
+    """Check a BoolQ row: its question and passage, and super_glue's label 0 or 1 (or google/boolq's boolean answer)."""
+    out = {name: field(row, name, str, where) for name in ("question", "passage")}
+    if isinstance(row, dict) and "label" not in row and "answer" in row:
+        return {**out, "answer": field(row, "answer", bool, where)}
+    label = field(row, "label", int, where)
+    if label not in (0, 1):
+        raise UserError(f"{where} has label {label!r}; it must be 0 (no) or 1 (yes)")
+    return {**out, "label": label}
+
+
+def lettered_choices(row: object, where: str, most: int) -> tuple[list[str], str]:
+    """Check a row's choices: 2 to `most` texts labelled A, B, C.. in order, and an answerKey (stripped) among them."""
+    texts = field(row, "choices.text", list[str], where)
+    labels = field(row, "choices.label", list[str], where)
+    key = field(row, "answerKey", str, where).strip()
+    if len(labels) != len(texts) or labels != list(ARC_LABELS[0][: len(labels)]) or not 2 <= len(labels) <= most:
+        raise UserError(f"{where} has choice labels {labels} for {len(texts)} choice texts; they must be "
+                        f"A, B, C.. in order, one per text (2 to {most})")
+    if key not in labels:
+        raise UserError(f"{where} has answerKey {key!r}, which is none of its labels {labels}")
+    return list(texts), key
+
+
+def commonsense_qa(row: object, where: str) -> dict:
+    """Check a CommonsenseQA row: its id and question, up to five lettered choices and an answerKey among them."""
+    texts, key = lettered_choices(row, where, CSQA_CHOICES)
+    return {"id": field(row, "id", str, where), "question": field(row, "question", str, where),
+            "choices": {"text": texts, "label": list(ARC_LABELS[0][: len(texts)])}, "answerKey": key}
+
+
+def openbookqa(row: object, where: str) -> dict:
+    """Check an OpenBookQA row: its id and question stem, up to four lettered choices and an answerKey among them."""
+    texts, key = lettered_choices(row, where, OBQA_CHOICES)
+    return {"id": field(row, "id", str, where), "question_stem": field(row, "question_stem", str, where),
+            "choices": {"text": texts, "label": list(ARC_LABELS[0][: len(texts)])}, "answerKey": key}
+
+
+def piqa(row: object, where: str) -> dict:
+    """Check a PIQA row: its goal, two solutions and a label 0 or 1."""
+    out = {name: field(row, name, str, where) for name in ("goal", "sol1", "sol2")}
+    label = field(row, "label", int, where)
+    if label not in (0, 1):
+        raise UserError(f"{where} has label {label!r}; it must be 0 or 1")
+    return {**out, "label": label}
+
+
+def winogrande(row: object, where: str) -> dict:
+    """Check a WinoGrande row: a sentence with one blank '_', two options and an answer "1" or "2"."""
+    out = {name: field(row, name, str, where) for name in ("sentence", "option1", "option2")}
+    if out["sentence"].count("_") != 1:
+        raise UserError(f"{where} has a sentence with {out['sentence'].count('_')} blanks '_'; it needs exactly one")
+    answer = field(row, "answer", str, where)
+    if answer not in ("1", "2"):
+        raise UserError(f"{where} has answer {answer!r}; it must be 1 or 2")
+    return {**out, "answer": answer}
+
+
 def gsm8k(row: object, where: str) -> dict:
     """Check a GSM8K test/train row: its answer is the reasoning, then '#### <gold>'."""
     question, answer = field(row, "question", str, where), field(row, "answer", str, where)
@@ -82,5 +142,10 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:ARC-Challenge": ai2_arc,
     "OLMES:ARC-Easy": ai2_arc,
     "OLMES:hellaswag": hellaswag,
+    "OLMES:BoolQ": boolq,
+    "OLMES:commonsense_qa": commonsense_qa,
+    "OLMES:openbookqa": openbookqa,
+    "OLMES:piqa": piqa,
+    "OLMES:winogrande": winogrande,
     "STD:GSM8k": gsm8k_shot,
 }

@@ -49,6 +49,9 @@ class ChoiceDoc:
     continuations: tuple[str, ...]
     label: int
     policy: Policy = "olmes"     # the tokenization its spec's offline requests follow
+    #: each continuation's own context where they differ (partial evaluation, WinoGrande's RC);
+    #: None: `prompt` for every continuation
+    prompts: Optional[tuple[str, ...]] = None
 
 
 def no_leading_space(continuation: str) -> str:
@@ -84,8 +87,12 @@ class ICLDataset(Dataset):
             if not doc.continuations or not 0 <= doc.label < len(doc.continuations):
                 raise ValueError(f"{what}: document {doc_id} has label {doc.label} for "
                                  f"{len(doc.continuations)} continuations")
+            if doc.prompts is not None and len(doc.prompts) != len(doc.continuations):
+                raise ValueError(f"{what}: document {doc_id} has {len(doc.prompts)} prompts for "
+                                 f"{len(doc.continuations)} continuations")
             for cont_id, cont in enumerate(doc.continuations):
-                requests.append(Loglikelihood(doc.prompt, cont, doc.policy))
+                prompt = doc.prompt if doc.prompts is None else doc.prompts[cont_id]
+                requests.append(Loglikelihood(prompt, cont, doc.policy))
                 meta.append((doc_id, cont_id, doc.label, len(doc.continuations), len(cont),
                              len(cont.encode("utf-8")), len(no_leading_space(cont).encode("utf-8"))))
         policy = TokenizationPolicy(tokenizer, max_length=model_ctx_len)
@@ -181,10 +188,12 @@ class ICLTask(ICLDataset):
                 if not inst.continuations:
                     raise UserError(f"{task.config.name} is not a multiple-choice task; "
                                     "in-loop ICL needs continuations to rank")
-                if not isinstance(inst.prompt, str):
+                texts = tuple(p for p in inst.prompts if isinstance(p, str))
+                if not isinstance(inst.prompt, str) or len(texts) != len(inst.prompts):
                     raise UserError(f"{task.config.name}: in-loop evaluation scores plain-text prompts, "
                                     "not chats")
-                docs.append(ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label, inst.policy))
+                docs.append(ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label, inst.policy,
+                                      None if inst.choice_prompts is None else texts))
                 self.query_ids.append(inst.query_id)
         if not docs:
             raise UserError(f"{self.spec}: no documents to evaluate")

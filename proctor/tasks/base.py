@@ -61,7 +61,7 @@ class Instance:
     task: str                                   # TaskConfig.name
     doc_id: int                                 # position in the task's final doc list
     native_id: Any                              # the dataset's own id (may repeat)
-    prompt: Context                             # full prompt (context of each request): text or a chat
+    prompt: Context                             # full prompt (context of each request; see choice_prompts)
     choices: tuple[str, ...]                    # answer labels as shown: "A".. for MC, texts for RC
     continuations: tuple[str, ...]              # " A".. or " " + text; one request each
     label: int                                  # gold index into choices
@@ -71,11 +71,29 @@ class Instance:
     #: the unconditioned requests' continuations where they differ (OLMES chat format strips
     #: the conditioned ones' leading space, not these); None: `continuations`
     uncond_continuations: Optional[tuple[str, ...]] = None
+    #: each choice's own context, where the choices differ in their contexts rather than their
+    #: continuations (partial evaluation: WinoGrande's RC fills the blank with each option in the
+    #: context and scores the rest of the sentence); `prompt` is then the first of them. None:
+    #: every continuation follows `prompt`
+    choice_prompts: Optional[tuple[Context, ...]] = None
+
+    def __post_init__(self) -> None:
+        """Refuse choice prompts that are not one per continuation."""
+        if self.choice_prompts is not None and len(self.choice_prompts) != len(self.continuations):
+            raise ValueError(f"{self.query_id}: {len(self.choice_prompts)} choice prompts for "
+                             f"{len(self.continuations)} continuations")
+
+    @property
+    def prompts(self) -> tuple[Context, ...]:
+        """Each continuation's context: `choice_prompts`, else the one `prompt` for all."""
+        if self.choice_prompts is not None:
+            return self.choice_prompts
+        return (self.prompt,) * len(self.continuations)
 
     @property
     def requests(self) -> tuple[Loglikelihood, ...]:
-        """One loglikelihood request per continuation, each after the full prompt."""
-        return tuple(Loglikelihood(self.prompt, c, self.policy) for c in self.continuations)
+        """One loglikelihood request per continuation, each after its context (`prompts`)."""
+        return tuple(Loglikelihood(p, c, self.policy) for p, c in zip(self.prompts, self.continuations))
 
     @property
     def uncond_requests(self) -> tuple[Loglikelihood, ...]:

@@ -14,7 +14,23 @@ from functools import lru_cache
 from typing import Mapping, Optional
 
 from proctor.errors import UserError
-from proctor.tasks import arc, bbh, bbh_olmes, gsm8k, hellaswag, humaneval, mmlu, perplexity, seed_suites, socialiqa
+from proctor.tasks import (
+    arc,
+    bbh,
+    bbh_olmes,
+    boolq,
+    csqa,
+    gsm8k,
+    hellaswag,
+    humaneval,
+    mmlu,
+    openbookqa,
+    perplexity,
+    piqa,
+    seed_suites,
+    socialiqa,
+    winogrande,
+)
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.lm_eval import (
     arc as lb_arc,
@@ -25,7 +41,7 @@ from proctor.tasks.lm_eval import (
 )
 from proctor.tasks.suite import Suite
 
-FAMILIES = (mmlu, socialiqa, arc, hellaswag, gsm8k, bbh, bbh_olmes,
+FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)

@@ -29,11 +29,18 @@ ALL_SPLITS_ORDER = ("test", "validation", "train")
 
 @dataclass(frozen=True)
 class Rendered:
-    """One row in protocol terms: the doc's prompt text, its answer options, the gold index."""
+    """One row in protocol terms: the doc's prompt text, its answer options, the gold index.
+
+    Partial evaluation (WinoGrande's RC) scores one continuation after each option's own
+    text: `choice_texts` holds those texts and `continuation` what every option is continued
+    with; `text` is then the gold option's (a few-shot example reads `text + continuation`).
+    """
 
     text: str
     options: tuple[str, ...]     # answer texts, in order
     gold: int
+    choice_texts: Optional[tuple[str, ...]] = None   # partial evaluation: each option's doc text
+    continuation: Optional[str] = None               # partial evaluation: the shared continuation
 
 
 #: the per-document metrics a choice task averages (those its documents have)
@@ -138,7 +145,10 @@ class ChoiceTask(RankedChoiceTask):
         return rendered.options
 
     def shots(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
-        """Return the spec's few-shot examples as (prompt text, " " + gold label)."""
+        """Return the spec's few-shot examples as (prompt text, " " + gold label).
+
+        Under partial evaluation: (the gold option's text, the shared continuation).
+        """
         k = self.config.num_shots
         if k == 0:
             return []
@@ -151,7 +161,7 @@ class ChoiceTask(RankedChoiceTask):
         out = []
         for row in rows[:k]:
             r = self.render(row)
-            out.append((r.text, " " + self.labels(r)[r.gold]))
+            out.append((r.text, " " + self.labels(r)[r.gold] if r.continuation is None else r.continuation))
         return out
 
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
@@ -171,6 +181,9 @@ class ChoiceTask(RankedChoiceTask):
         out = []
         for doc_id, doc, qid in numbered:
             r = self.render(doc)
+            if r.choice_texts is not None:
+                out.append(self._partial_instance(doc_id, doc, qid, r, shots))
+                continue
             labels = self.labels(r)
             spaced = tuple(" " + c for c in labels)
             out.append(Instance(
@@ -187,3 +200,21 @@ class ChoiceTask(RankedChoiceTask):
                 uncond_continuations=None if chat is None else spaced,
             ))
         return out
+
+    def _partial_instance(self, doc_id: int, doc: dict, qid: str, r: Rendered,
+                          shots: list[tuple[str, str]]) -> Instance:
+        """Build a partial-evaluation instance: the shots, then each option's text; one shared continuation.
+
+        No unconditioned requests (every option continues with the same text). OLMES's chat layout of
+        such a task is not reproduced, so a chat config is refused.
+        """
+        if self.config.chat is not None:
+            raise UserError("its options are scored by partial evaluation (each option in the context, "
+                            "the rest of the text as the continuation), whose chat layout is not "
+                            "reproduced; run it without --chat-template")
+        assert r.choice_texts is not None and r.continuation is not None  # a partial Rendered
+        prompts = tuple(olmes_context(self.description(), shots, text) for text in r.choice_texts)
+        return Instance(query_id=qid, task=self.config.name, doc_id=doc_id, native_id=doc["native_id"],
+                        prompt=prompts[0], choices=self.labels(r),
+                        continuations=(r.continuation,) * len(prompts), label=r.gold,
+                        metadata=self.doc_metadata(doc), choice_prompts=prompts)

@@ -56,6 +56,11 @@ SPLIT_SIZES: dict[tuple[str, Optional[str]], dict[str, int]] = {
     ("allenai/ai2_arc", "ARC-Challenge"): {"test": 1172, "validation": 299, "train": 1119},
     ("allenai/ai2_arc", "ARC-Easy"): {"test": 2376, "validation": 570, "train": 2251},
     ("Rowan/hellaswag", None): {"validation": 10042, "train": 39905},
+    ("aps/super_glue", "boolq"): {"validation": 3270, "train": 9427},
+    ("tau/commonsense_qa", None): {"validation": 1221, "train": 9741},   # its test split has no answers
+    ("allenai/openbookqa", "main"): {"test": 500, "validation": 500, "train": 4957},
+    ("ybisk/piqa", "plain_text"): {"validation": 1838, "train": 16113},
+    ("allenai/winogrande", "winogrande_xl"): {"validation": 1267, "train": 40398},
     **{("cais/mmlu", s): {"test": n} for s, n in MMLU_TEST.items()},
     ("truthfulqa/truthful_qa", "multiple_choice"): {"validation": 817},
     **{("hails/bigbench", f"{t}_zero_shot"): {"default": n} for t, n in BIGBENCH_DEFAULT.items()},

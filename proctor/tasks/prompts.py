@@ -12,17 +12,20 @@ LETTERS = "ABCDE"
 UNCOND_CONTEXT = "Answer:"
 
 
-def make_mcq_prompt(question: str, choices: Sequence[str]) -> str:
-    """'Question: q' then ' A. choice' lines (leading space before each letter), then 'Answer:'."""
+def make_mcq_prompt(question: str, choices: Sequence[str], question_prefix: str = "Question: ") -> str:
+    """'Question: q' then ' A. choice' lines (leading space before each letter), then 'Answer:'.
+
+    `question_prefix` replaces "Question: " (OLMES's PIQA: "Goal: ", WinoGrande: "Fill in the blank: ").
+    """
     if len(choices) > len(LETTERS):
         raise ValueError(f"at most {len(LETTERS)} choices are supported, got {len(choices)}")
     lines = "\n".join(f" {LETTERS[i]}. {text}" for i, text in enumerate(choices))
-    return f"Question: {question}\n{lines}\nAnswer:"
+    return f"{question_prefix}{question}\n{lines}\nAnswer:"
 
 
-def make_cloze_prompt(question: str) -> str:
+def make_cloze_prompt(question: str, question_prefix: str = "Question: ") -> str:
     """Return 'Question: q', then 'Answer:' on the next line (RC and generation prompts)."""
-    return f"Question: {question}\nAnswer:"
+    return f"{question_prefix}{question}\nAnswer:"
 
 
 def shot_block(text: str, target: str) -> str:
