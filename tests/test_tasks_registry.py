@@ -51,7 +51,7 @@ def test_all_specs():
 
 def test_every_suite_member_resolves():
     tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
-    assert len(suites) == 27
+    assert len(suites) == 34
     assert not tasks & set(suites)
     for s in suites.values():
         assert s.members and len(set(s.members)) == len(s.members), s.name
@@ -72,7 +72,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 27 + ["task"] * 367
+    assert [r.kind for r in rows] == ["suite"] * 34 + ["task"] * 367
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
@@ -194,3 +194,13 @@ def test_task_rows_official_and_data(data_dir):
     assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
     with pytest.raises(UserError, match="no task spec matches"):
         task_rows("no-such-thing")
+
+
+def test_olmes_core_9_suites_are_olmes_own():
+    suites = {s.name: s for s in all_suites()}
+    nine = ("arc_easy", "arc_challenge", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
+    assert suites["core_9mcqa::olmes"].members == tuple(f"{t}::olmes" for t in nine)
+    assert suites["core_9mcqa:rc::olmes"].members == tuple(f"{t}:rc::olmes" for t in nine)
+    assert suites["core_9mcqa::olmes"].primary == suites["core_9mcqa:rc::olmes"].primary == "macro"
+    for task in (*nine, "mmlu"):
+        assert suites[f"{task}::olmes"].primary == "mc_or_rc"

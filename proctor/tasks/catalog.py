@@ -59,6 +59,11 @@ def builtin_tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
     return out
 
 
+#: the OLMES-v0.1 multiple-choice tasks, in OLMES's order (its core 9 and MMLU)
+OLMES_MC_TASKS = ("arc_easy", "arc_challenge", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa",
+                  "winogrande", "mmlu")
+
+
 def suites() -> Mapping[str, Suite]:
     """Every suite, built-in and added: spec -> the specs it stands for (members may be suites themselves)."""
     return ChainMap(_added_suites, builtin_suites())
@@ -76,12 +81,16 @@ def builtin_suites() -> dict[str, Suite]:
             f"mmlu:{fmt}::olmes", tuple(f"{c}:{fmt}::olmes" for c in mmlu.CATEGORIES))
     # OLMES's chat suite: the 57 subjects' macro mean (allenai/olmes task_suites.py)
     out["mmlu:mc::tulu"] = Suite("mmlu:mc::tulu", tuple(mmlu.tulu_spec(s) for s in mmlu.SUBJECTS))
-    # OLMES's `<task>::olmes` = [<task>:mc::olmes, <task>:rc::olmes], primary "mc_or_rc"
-    # (allenai/olmes oe_eval/configs/task_suites.py, OLMES_MC_TASKS: those proctor has)
-    for task in ("arc_easy", "arc_challenge", "hellaswag", "socialiqa", "mmlu"):
+    # OLMES's `<task>::olmes` = [<task>:mc::olmes, <task>:rc::olmes], primary "mc_or_rc", and the
+    # macro means over the first nine (allenai/olmes oe_eval/configs/task_suites.py, OLMES_MC_TASKS)
+    for task in OLMES_MC_TASKS:
         name = f"{task}::olmes"
         out[name] = Suite(name, (f"{task}:mc::olmes", f"{task}:rc::olmes"),
                           aggregations=("mc_or_rc",), primary="mc_or_rc")
+    out["core_9mcqa::olmes"] = Suite("core_9mcqa::olmes", tuple(f"{t}::olmes" for t in OLMES_MC_TASKS[:9]),
+                                     aggregations=("macro",))
+    out["core_9mcqa:rc::olmes"] = Suite("core_9mcqa:rc::olmes",
+                                        tuple(f"{t}:rc::olmes" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
     # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
     out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
     # OLMES's Tulu BBH suites: micro mean over all docs (allenai/olmes task_suites.py)
