@@ -16,7 +16,11 @@ starting with `│`) must be printed again, verbatim.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,3 +155,58 @@ def checked_python(text: str) -> str:
         else:
             out.append(line)
     return "\n".join(out) + "\n"
+
+
+#: what a page's commands may use of the clone besides proctor itself
+CLONE_PARTS = ("scripts", "benchmarks", "examples", "pyproject.toml", "README.md", "docs")
+
+
+def _workspace(tmp_path: Path, data_dir: Path, repo: Path) -> Path:
+    """A directory laid out like a fresh clone beside the shared data (`../shared/data`)."""
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "data").symlink_to(data_dir)
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for part in CLONE_PARTS:
+        if (repo / part).exists():
+            (clone / part).symlink_to(repo / part)
+    return clone
+
+
+def _run(block: Block, argv: list[str], cwd: Path, env: dict, stdin: Optional[str] = None) -> str:
+    done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=900)
+    shown = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
+    assert done.returncode == 0, f"{block.where} exited {done.returncode}:\n{shown}"
+    assert "Traceback (most recent call last)" not in done.stderr, f"{block.where} printed a traceback:\n{shown}"
+    return done.stdout
+
+
+def run_page(page: Path, repo: Path, tmp_path: Path, data_dir: Path) -> None:
+    """Run every block of `page` as written, in page order, in a fresh workspace; fail on the first that does not."""
+    clone = _workspace(tmp_path, data_dir, repo)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TERM": "dumb", "COLUMNS": "200",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    ran = 0
+    for block in page_blocks(page, repo):
+        if block.language not in RUN_LANGUAGES and block.file is None or block.skip is not None:
+            continue
+        if any(importlib.util.find_spec(module) is None for module in block.needs):
+            continue  # the extra is not installed here (CI installs them all)
+        if block.file is not None:
+            target = clone / block.file
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(block.text, encoding="utf-8")
+            continue
+        if block.language == "bash":
+            _run(block, ["bash", "-euo", "pipefail", "-c", block.text], clone, env)
+        elif block.language == "python":
+            _run(block, [sys.executable, "-"], clone, env, stdin=checked_python(block.text))
+        else:
+            for command in block.commands:
+                printed = _run(block, ["bash", "-euo", "pipefail", "-c", command.text], clone, env)
+                lines = {line.rstrip() for line in printed.splitlines()}
+                missing = [row for row in command.rows if row not in lines]
+                assert not missing, f"{block.where}: `{command.text}` did not print the page's rows:\n" + \
+                    "\n".join(missing) + "\nit printed:\n" + printed
+        ran += 1
+    assert ran, f"{page}: no block ran"

@@ -3,24 +3,21 @@
 Each page runs in a workspace of its own laid out like a fresh clone beside the shared data
 (`../shared/data`), its blocks in page order (`tests/docs_blocks.py` says how a page marks
 a block that is an install, needs an extra, or is a file to write). The real model runs
-here, so the pages keep their limits small; the whole test is in the slow tier.
+here, so the pages keep their limits small; the whole test is in the slow tier. The how-to
+pages run in tests/test_docs_howto_commands.py.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.docs_blocks import RUN_LANGUAGES, Block, checked_python, doc_pages, page_blocks
+from tests.docs_blocks import RUN_LANGUAGES, checked_python, doc_pages, page_blocks, run_page
 
 REPO = Path(__file__).resolve().parents[1]
-#: what a page's commands may use of the clone besides proctor itself
-CLONE_PARTS = ("scripts", "benchmarks", "examples", "pyproject.toml", "README.md", "docs")
+#: pages tests/test_docs_howto_commands.py runs (a file of its own: pytest-xdist's loadfile gives each file one worker)
+HOW_TO = ("docs/how-to/", "docs/benchmarks.md")
 PAGES = {str(p.relative_to(REPO)): p for p in doc_pages(REPO)}
 RUNNABLE = [name for name, path in PAGES.items()
             if any(b.language in RUN_LANGUAGES and b.skip is None for b in page_blocks(path, REPO))]
@@ -58,52 +55,7 @@ def test_the_values_a_code_block_shows_are_checked():
     assert sum(checked_python(b.text).count("__docs_shows(") - 1 for b in shown) >= 8  # the pages' shown values
 
 
-def _workspace(tmp_path: Path, data_dir: Path) -> Path:
-    (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / "data").symlink_to(data_dir)
-    clone = tmp_path / "clone"
-    clone.mkdir()
-    for part in CLONE_PARTS:
-        if (REPO / part).exists():
-            (clone / part).symlink_to(REPO / part)
-    return clone
-
-
-def _run(block: Block, argv: list[str], cwd: Path, env: dict, stdin: str | None = None) -> str:
-    done = subprocess.run(argv, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=900)
-    shown = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
-    assert done.returncode == 0, f"{block.where} exited {done.returncode}:\n{shown}"
-    assert "Traceback (most recent call last)" not in done.stderr, f"{block.where} printed a traceback:\n{shown}"
-    return done.stdout
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("page", RUNNABLE)
+@pytest.mark.parametrize("page", [p for p in RUNNABLE if not p.startswith(HOW_TO)])
 def test_every_command_on_the_page_runs_as_written(page, tmp_path, data_dir):
-    clone = _workspace(tmp_path, data_dir)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TERM": "dumb", "COLUMNS": "200",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    ran = 0
-    for block in page_blocks(PAGES[page], REPO):
-        if block.language not in RUN_LANGUAGES and block.file is None or block.skip is not None:
-            continue
-        if any(importlib.util.find_spec(module) is None for module in block.needs):
-            continue  # the extra is not installed here (CI installs them all)
-        if block.file is not None:
-            target = clone / block.file
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(block.text, encoding="utf-8")
-            continue
-        if block.language == "bash":
-            _run(block, ["bash", "-euo", "pipefail", "-c", block.text], clone, env)
-        elif block.language == "python":
-            _run(block, [sys.executable, "-"], clone, env, stdin=checked_python(block.text))
-        else:
-            for command in block.commands:
-                printed = _run(block, ["bash", "-euo", "pipefail", "-c", command.text], clone, env)
-                lines = {line.rstrip() for line in printed.splitlines()}
-                missing = [row for row in command.rows if row not in lines]
-                assert not missing, f"{block.where}: `{command.text}` did not print the page's rows:\n" + \
-                    "\n".join(missing) + "\nit printed:\n" + printed
-        ran += 1
-    assert ran, f"{page}: no block ran"
+    run_page(PAGES[page], REPO, tmp_path, data_dir)
