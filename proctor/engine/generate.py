@@ -116,11 +116,11 @@ class Generating:
         planned = plan_generation([(k, replace(unique[k], stop=policy.stop(unique[k])), c.tokens)
                                    for k, c in zip(keys, contexts)], self.engine.seed)
         self.engine.stats.gen_batches = 1
+        self.tokens_before = self.engine.stats.gen_tokens
         return [p for p in planned if p.key in pending]
 
     def workload(self, units: Sequence[PlannedGen], pending: int, cached: int) -> str:
         """Say how many requests and samples are to generate, up to how many tokens, and roughly how long."""
-        self.tokens_before = self.engine.stats.gen_tokens
         samples = sum(len(p.row.seeds) for p in units)
         bound = sum(len(p.row.seeds) * p.row.max_new_tokens for p in units)
         longest = max((p.row.max_new_tokens for p in units), default=0)

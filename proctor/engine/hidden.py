@@ -99,11 +99,11 @@ class HiddenReading:
     def plan(self, unique: Mapping[str, HiddenStates], pending: set[str]) -> list[tuple[tuple, Batch]]:
         """Return the batches holding a pending request, of the plan of them all, with their (layers, dtype)."""
         self.pending = pending
+        self.tokens_before = self.engine.stats.tokens_run
         return [(group, b) for group, b in plan_hidden(self.engine, unique) if any(k in pending for k in b.keys)]
 
     def workload(self, units: Sequence[tuple[tuple, Batch]], pending: int, cached: int) -> str:
         """Say how many requests, tokens and batches are to read, and roughly how long that takes."""
-        self.tokens_before = self.engine.stats.tokens_run
         return scored_work(self.description, [b for _, b in units], pending, cached,
                            measured_rate(self.engine, RATE))
 

@@ -10,10 +10,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from proctor.data import load_fewshot, load_split
-from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import LETTERS, make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.choice import ChoiceTask, Rendered, lettered_choices
 
 DATASET = "allenai/ai2_arc"
 _NUM_TO_LETTER = {"1": "A", "2": "B", "3": "C", "4": "D", "5": "E"}
@@ -39,13 +37,8 @@ class ARCTask(ChoiceTask):
 
     def render(self, row: dict) -> Rendered:
         """Lay a row out as MC or RC; the gold is its answer key's position in A..E (keys "1".."5" too)."""
-        options = tuple(row["choices"]["text"])
         key = _NUM_TO_LETTER.get(row["answerKey"], row["answerKey"])
-        if key not in LETTERS[: len(options)]:
-            raise UserError(f"ARC item {row.get('id')!r}: answer key {row['answerKey']!r} does not "
-                            f"name one of its {len(options)} options")
-        text = make_mcq_prompt(row["question"], options) if self.is_mc else make_cloze_prompt(row["question"])
-        return Rendered(text=text, options=options, gold=LETTERS.index(key))
+        return lettered_choices("ARC", row, row["question"], key, self.is_mc)
 
 
 def configs() -> dict[str, TaskConfig]:

@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from proctor.data import load_fewshot, load_split
-from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import LETTERS, make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.choice import ChoiceTask, Rendered, lettered_choices
 
 DATASET = "tau/commonsense_qa"
 FEWSHOT = "OLMES:commonsense_qa"
@@ -45,13 +43,7 @@ class CommonsenseQATask(ChoiceTask):
 
     def render(self, row: dict) -> Rendered:
         """Lay a row out as MC or RC; the gold is its answer key's position in A..E."""
-        options = tuple(row["choices"]["text"])
-        key = row["answerKey"]
-        if key not in LETTERS[: len(options)]:
-            raise UserError(f"CommonsenseQA item {row.get('id')!r}: answer key {key!r} does not "
-                            f"name one of its {len(options)} answers")
-        text = make_mcq_prompt(row["question"], options) if self.is_mc else make_cloze_prompt(row["question"])
-        return Rendered(text=text, options=options, gold=LETTERS.index(key))
+        return lettered_choices("CommonsenseQA", row, row["question"], row["answerKey"], self.is_mc)
 
 
 def configs() -> dict[str, TaskConfig]:

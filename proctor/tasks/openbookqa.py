@@ -20,10 +20,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from proctor.data import load_fewshot, load_split
-from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import LETTERS, make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.choice import ChoiceTask, Rendered, lettered_choices
 
 DATASET = "allenai/openbookqa"
 CONFIG = "main"
@@ -49,14 +47,7 @@ class OpenBookQATask(ChoiceTask):
 
     def render(self, row: dict) -> Rendered:
         """Lay a row out as MC or RC; the gold is its answer key's position in A..D."""
-        options = tuple(row["choices"]["text"])
-        key = row["answerKey"].strip()
-        if key not in LETTERS[: len(options)]:
-            raise UserError(f"OpenBookQA item {row.get('id')!r}: answer key {row['answerKey']!r} "
-                            f"does not name one of its {len(options)} answers")
-        stem = row["question_stem"]
-        text = make_mcq_prompt(stem, options) if self.is_mc else make_cloze_prompt(stem)
-        return Rendered(text=text, options=options, gold=LETTERS.index(key))
+        return lettered_choices("OpenBookQA", row, row["question_stem"], row["answerKey"].strip(), self.is_mc)
 
 
 def configs() -> dict[str, TaskConfig]:
