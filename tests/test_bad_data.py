@@ -321,7 +321,7 @@ def test_crlf_jsonl_and_cot_prompts(data_dir, tmp_path):
             == resolve("bbh_navigate:cot::lm_eval")[0].instances(data_dir, 1)[0].prompt)
 
 
-def test_form_feed_in_the_hellaswag_text_form(data_dir, tmp_path):
+def test_form_feed_in_the_hellaswag_text_form(data_dir, tmp_path, without_bundled_data):
     import bz2
 
     text = bz2.decompress((data_dir / "hellaswag/hellaswag_val_full.txt.bz2").read_bytes()).decode()

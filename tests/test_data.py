@@ -173,7 +173,7 @@ def test_non_utf8_file(tmp_path):
     assert str(e.value).startswith(f"{p}:2: not valid UTF-8")
 
 
-def test_malformed_arc_and_hellaswag(tmp_path):
+def test_malformed_arc_and_hellaswag(tmp_path, without_bundled_data):
     p = write(tmp_path / "ai2_arc" / "ARC-Easy" / "ARC-Easy-Test.jsonl", '{"id": "x"}\n')
     with pytest.raises(UserError, match=rf"^{p}:1: not an ARC row"):
         load_split("allenai/ai2_arc", "ARC-Easy", "test", tmp_path)

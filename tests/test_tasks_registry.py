@@ -38,7 +38,7 @@ def test_all_specs():
     counts = {family.__name__.removeprefix("proctor.tasks."): len(family.configs())
               for family in catalog.FAMILIES}
     assert counts == {
-        "mmlu": 57 * 3, "socialiqa": 4, "arc": 6, "hellaswag": 3,    # OLMES MC/RC (+ MMLU's ::tulu)
+        "mmlu": 57 * 3, "socialiqa": 2, "arc": 4, "hellaswag": 2,    # OLMES MC/RC (+ MMLU's ::tulu)
         "boolq": 2, "csqa": 2, "openbookqa": 2,                       # OLMES MC/RC
         "piqa": 2, "winogrande": 2,                                   # OLMES MC/RC
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
@@ -46,12 +46,15 @@ def test_all_specs():
         "lm_eval.truthfulqa": 2, "lm_eval.bigbench": 9,              # lm-eval formats
         "perplexity": 1 + 16,                                         # c4_en + each Paloma source
     }
-    assert len(specs) == sum(counts.values()) == 367
+    # the nine OLMES-v0.1 tasks' other sizes (proctor.tasks.olmes_sizes): :full, ::large and ::xlarge
+    # of each MC and RC spec, and :val where the spec reads test (ARC-Easy, ARC-Challenge, OpenBookQA)
+    sizes = 9 * 2 * 3 + 3 * 2
+    assert len(specs) == sum(counts.values()) + sizes == 422
 
 
 def test_every_suite_member_resolves():
     tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
-    assert len(suites) == 34
+    assert len(suites) == 49
     assert not tasks & set(suites)
     for s in suites.values():
         assert s.members and len(set(s.members)) == len(s.members), s.name
@@ -72,7 +75,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 34 + ["task"] * 367
+    assert [r.kind for r in rows] == ["suite"] * 49 + ["task"] * 422
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
@@ -143,7 +146,7 @@ def test_unknown_spec_suggests():
         resolve("mmlu_astronmy:mc::olmes")
     assert str(e.value) == ("unknown task spec 'mmlu_astronmy:mc::olmes'; did you mean "
                             "'mmlu_astronomy:mc::olmes'? (`proctor tasks` lists all)")
-    with pytest.raises(UserError, match=r"did you mean 'socialiqa:mc::olmes', .*'socialiqa::olmes'\?"):
+    with pytest.raises(UserError, match=r"did you mean 'socialiqa:mc::large', .*'socialiqa::olmes:full'\?"):
         resolve("socialiqa")
     with pytest.raises(UserError, match=r"unknown task spec 'zzz'; \(`proctor tasks` lists all\)"):
         resolve("zzz")
@@ -189,8 +192,9 @@ def test_task_rows_official_and_data(data_dir):
     assert (r.kind, r.split, r.shots, r.primary_metric, r.items, r.items_source) == \
         ("task", "all", 5, "acc_raw", 10000, "data")
     assert {r.spec for r in task_rows("hellaswag", data_dir)} == {
-        "hellaswag:rc::olmes", "hellaswag:mc::olmes", "hellaswag:rc::xlarge", "hellaswag::leaderboard",
-        "hellaswag::olmes"}
+        "hellaswag:rc::olmes", "hellaswag:mc::olmes", "hellaswag::leaderboard", "hellaswag::olmes",
+        *(f"hellaswag:{fmt}::{size}" for fmt in ("mc", "rc") for size in ("olmes:full", "large", "xlarge")),
+        "hellaswag::olmes:full"}
     assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
     with pytest.raises(UserError, match="no task spec matches"):
         task_rows("no-such-thing")

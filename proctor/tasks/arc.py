@@ -42,20 +42,16 @@ class ARCTask(ChoiceTask):
 
 
 def configs() -> dict[str, TaskConfig]:
-    """Build each ARC set's :mc::olmes, :rc::olmes and :mc::xlarge configs."""
+    """Build each ARC set's :mc::olmes and :rc::olmes configs (their other sizes: `proctor.tasks.olmes_sizes`)."""
     out = {}
     for task, config_name in _CONFIG.items():
         rc_metric = "acc_uncond" if task == "arc_challenge" else "acc_per_char"
         olmes_limit = 1000 if task == "arc_easy" else None
-        for fmt, variant, split, limit, metric in (
-            ("mc", "olmes", "test", olmes_limit, "acc_raw"),
-            ("rc", "olmes", "test", olmes_limit, rc_metric),
-            ("mc", "xlarge", "all", None, "acc_raw"),
-        ):
-            name = f"{task}:{fmt}::{variant}"
+        for fmt, metric in (("mc", "acc_raw"), ("rc", rc_metric)):
+            name = f"{task}:{fmt}::olmes"
             out[name] = TaskConfig(name=name, benchmark=task, dataset_path=DATASET,
-                                   dataset_name=config_name, split=split, num_shots=5,
-                                   primary_metric=metric, sample_limit=limit,
+                                   dataset_name=config_name, split="test", num_shots=5,
+                                   primary_metric=metric, sample_limit=olmes_limit,
                                    fewshot_source=f"OLMES:{config_name}")
     return out
 

@@ -24,6 +24,7 @@ from proctor.tasks import (
     hellaswag,
     humaneval,
     mmlu,
+    olmes_sizes,
     openbookqa,
     perplexity,
     piqa,
@@ -56,6 +57,7 @@ def builtin_tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
     for family in FAMILIES:
         for name, config in family.configs().items():
             out[name] = (family.TASK_CLASS, config)
+    out.update(olmes_sizes.sizes(out))
     return out
 
 
@@ -87,10 +89,19 @@ def builtin_suites() -> dict[str, Suite]:
         name = f"{task}::olmes"
         out[name] = Suite(name, (f"{task}:mc::olmes", f"{task}:rc::olmes"),
                           aggregations=("mc_or_rc",), primary="mc_or_rc")
-    out["core_9mcqa::olmes"] = Suite("core_9mcqa::olmes", tuple(f"{t}::olmes" for t in OLMES_MC_TASKS[:9]),
-                                     aggregations=("macro",))
-    out["core_9mcqa:rc::olmes"] = Suite("core_9mcqa:rc::olmes",
-                                        tuple(f"{t}:rc::olmes" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
+    for task in OLMES_MC_TASKS[:9]:  # and of the whole-split specs (proctor.tasks.olmes_sizes)
+        name = f"{task}::olmes:full"
+        out[name] = Suite(name, (f"{task}:mc::olmes:full", f"{task}:rc::olmes:full"),
+                          aggregations=("mc_or_rc",), primary="mc_or_rc")
+    for variant in ("olmes", "olmes:full"):
+        name = f"core_9mcqa::{variant}"
+        out[name] = Suite(name, tuple(f"{t}::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
+        name = f"core_9mcqa:rc::{variant}"
+        out[name] = Suite(name, tuple(f"{t}:rc::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
+    for fmt in ("mc", "rc"):  # OLMES's ARC pairs
+        for variant in ("olmes:full", "xlarge"):
+            name = f"arc:{fmt}::{variant}"
+            out[name] = Suite(name, (f"arc_easy:{fmt}::{variant}", f"arc_challenge:{fmt}::{variant}"))
     # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)
     out[bbh.SUITE] = Suite(bbh.SUITE, tuple(bbh.spec_name(t) for t in bbh.TASKS), primary="micro")
     # OLMES's Tulu BBH suites: micro mean over all docs (allenai/olmes task_suites.py)

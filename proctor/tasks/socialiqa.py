@@ -51,7 +51,7 @@ class SocialIQATask(ChoiceTask):
 
 
 def configs() -> dict[str, TaskConfig]:
-    """Build the MC and RC configs, :olmes and :xlarge."""
+    """Build the MC and RC :olmes configs (their other sizes: `proctor.tasks.olmes_sizes`)."""
     def cfg(name: str, split: str, limit: int, metric: str) -> TaskConfig:
         return TaskConfig(name=name, benchmark="socialiqa", dataset_path=DATASET, dataset_name=None,
                           split=split, num_shots=5, primary_metric=metric, sample_limit=limit,
@@ -60,8 +60,6 @@ def configs() -> dict[str, TaskConfig]:
     return {
         "socialiqa:mc::olmes": cfg("socialiqa:mc::olmes", "validation", 1000, "acc_raw"),
         "socialiqa:rc::olmes": cfg("socialiqa:rc::olmes", "validation", 1000, "acc_per_char"),
-        "socialiqa:mc::xlarge": cfg("socialiqa:mc::xlarge", "all", 10000, "acc_raw"),
-        "socialiqa:rc::xlarge": cfg("socialiqa:rc::xlarge", "all", 10000, "acc_per_char"),
     }
 
 
