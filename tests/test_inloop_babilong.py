@@ -167,7 +167,7 @@ def test_bpb_v2_hand_computed_with_a_tiny_model(tmp_path):
             v2.append(nll / math.log(2) / item["cont_byte_len"])
             v1.append(nll / math.log(2) / item["cont_byte_len_no_leading_space"])
     result = metric.compute()
-    assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss"}
+    assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss", "ce_loss_v1", "ce_loss_v2"}
     assert result["bpb_v2"] == pytest.approx(sum(v2) / len(v2), rel=1e-5)  # mean over examples
     assert result["bpb_v1"] == pytest.approx(sum(v1) / len(v1), rel=1e-5)
     assert result["bpb_v1"] > result["bpb_v2"]  # the leading space adds a byte to each denominator

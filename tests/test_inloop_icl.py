@@ -173,7 +173,13 @@ HAND = {
     "bpb_v2": (2 / 10 + 1 / 3 + 2 / 3) / 3,
     "bpb_v1": (2 / 9 + 1 / 2 + 2 / 2) / 3,
     "ce_loss": (math.log(4) / 10 + math.log(2) / 2 + math.log(4) / 3) / 3,
+    "ce_loss_v2": (math.log(4) / 10 + math.log(2) / 2 + math.log(4) / 3) / 3,
+    "ce_loss_v1": (math.log(4) / 9 + math.log(2) / 1 + math.log(4) / 2) / 3,   # characters without the space
 }
+#: ai2-olmo-eval's keys for metric type "acc": the gold's softmax share of the raw loglikelihoods
+GOLD_SHARES = (0.25 / 0.75, 0.5 / 1.25, 0.25 / 0.375)
+HAND_ACC = {"acc_v1": 1 / 3, "acc_v2": 1 / 3, "soft_v1": sum(GOLD_SHARES) / 3, "soft_v2": sum(GOLD_SHARES) / 3,
+            "soft_log_v1": sum(map(math.log, GOLD_SHARES)) / 3, "soft_log_v2": sum(map(math.log, GOLD_SHARES)) / 3}
 
 
 def hand_batch(indices, seed=0):
@@ -205,8 +211,8 @@ def test_hand_computed_metric():
     batch, logits = hand_batch(range(len(ROWS)))
     metric.update(batch, logits)
     result = metric.compute()
-    assert set(result) == set(HAND)
-    for key, value in HAND.items():
+    assert set(result) == set(HAND) | set(HAND_ACC)
+    for key, value in {**HAND, **HAND_ACC}.items():
         assert result[key] == pytest.approx(value, rel=1e-6), key
     docs = metric.doc_results()
     assert [d.predicted for d in docs] == [0, 1, 0]           # doc 1: tie -> lowest index
@@ -219,7 +225,7 @@ def test_metric_type_bpb_reports_only_bpb_and_ce():
     batch, logits = hand_batch(range(len(ROWS)))
     metric.update(batch, logits)
     result = metric.compute()
-    assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss"}
+    assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss", "ce_loss_v1", "ce_loss_v2"}
     assert result["bpb_v2"] == pytest.approx(HAND["bpb_v2"], rel=1e-6)
     with pytest.raises(ValueError, match="unknown metric_type"):
         ICLMetric("f1")

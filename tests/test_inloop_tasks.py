@@ -119,7 +119,7 @@ def test_seed_babilong_example_runs_unchanged(tiny, tmp_path, monkeypatch):
     # --
     result = seed_loop(model, task, metric)
     assert task.metric_type == "bpb" and len(task) == 10
-    assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss"} and result["bpb_v2"] < result["bpb_v1"]
+    assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss", "ce_loss_v1", "ce_loss_v2"} and result["bpb_v2"] < result["bpb_v1"]
 
 
 def test_seed_phonebook_examples_run_unchanged(tiny):

@@ -15,6 +15,14 @@ ValueError instead of giving a wrong number), then per document:
 
 each averaged over documents. Ties go to the lowest index (`proctor.metrics.choice.argmax`).
 metric_type "bpb" (one scored continuation per document) reports bpb_v1, bpb_v2, ce_loss.
+
+Beside these, `compute()` returns the keys ai2-olmo-eval's `ICLMetric.compute` returns for the
+metric type, with its values (v1: lengths without the continuation's leading space, v2: with
+it): `<acc|len_norm>_v1` and `_v2` (both the accuracy under the metric type, as there),
+`ce_loss_v1`/`_v2`, `bpb_v1`/`_v2`, and `soft_v1`/`_v2` and `soft_log_v1`/`_v2`: the mean
+probability (and log-probability) of the gold continuation under a softmax over the
+document's scores (loglikelihoods, or for len_norm loglikelihood per character). For "bpb":
+`bpb_v1`/`_v2` (and `ce_loss_v1`/`_v2`).
 """
 
 from __future__ import annotations
@@ -46,6 +54,15 @@ class DocResult:
     bpb_v1: float             # gold continuation, bytes without the leading space
     bpb_v2: float             # gold continuation, bytes with it
     ce_loss: float            # gold continuation, nats per character
+    ce_loss_v1: float         # gold continuation, nats per character without the leading space
+    chars: tuple[int, ...]    # each continuation's characters
+    chars_v1: tuple[int, ...]  # ... without its leading space
+
+    def scores(self, metric_type: str, v1: bool = False) -> list[float]:
+        """Return what the continuations are ranked by: loglikelihoods, or per character for len_norm."""
+        if metric_type != "len_norm":
+            return list(self.loglikelihoods)
+        return [ll / c for ll, c in zip(self.loglikelihoods, self.chars_v1 if v1 else self.chars)]
 
 
 class ICLMetric(SumMetric):
@@ -129,13 +146,21 @@ class ICLMetric(SumMetric):
             "bpb_v2": sum(d.bpb_v2 for d in docs) / n,
             "ce_loss": sum(d.ce_loss for d in docs) / n,
         }
+        result["ce_loss_v1"] = sum(d.ce_loss_v1 for d in docs) / n
+        result["ce_loss_v2"] = result["ce_loss"]
         if self.metric_type == "bpb":
             return result
-        return {
-            "acc": sum(float(d.predicted == d.label) for d in docs) / n,
-            "len_norm": sum(float(d.predicted_len_norm == d.label) for d in docs) / n,
-            **result,
-        }
+        acc = sum(float(d.predicted == d.label) for d in docs) / n
+        len_norm = sum(float(d.predicted_len_norm == d.label) for d in docs) / n
+        chosen = acc if self.metric_type == "acc" else len_norm
+        result.update({"acc": acc, "len_norm": len_norm,
+                       f"{self.metric_type}_v1": chosen, f"{self.metric_type}_v2": chosen})
+        for version, v1 in (("v1", True), ("v2", False)):
+            logs = [torch.log_softmax(torch.tensor(d.scores(self.metric_type, v1), dtype=torch.float64), 0)[d.label]
+                    for d in docs]
+            result[f"soft_{version}"] = sum(math.exp(float(x)) for x in logs) / n
+            result[f"soft_log_{version}"] = sum(float(x) for x in logs) / n
+        return result
 
 
 def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
@@ -151,6 +176,8 @@ def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
         raise ValueError(f"document {doc_id}: gold index {label} is not one of {num_choices} continuations")
     lls = [v for _, v in rows]
     chars = [max(f[4], 1) for f in fields]
+    # characters without the leading space: one fewer where the bytes lost one
+    chars_v1 = [max(f[4] - (f[5] - f[6]), 1) for f in fields]
     gold_ll, gold = lls[label], fields[label]
     return DocResult(
         doc_id=doc_id,
@@ -160,5 +187,8 @@ def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
         predicted_len_norm=argmax([v / c for v, c in zip(lls, chars)]),
         bpb_v1=-gold_ll / math.log(2) / max(gold[6], 1),
         bpb_v2=-gold_ll / math.log(2) / max(gold[5], 1),
-        ce_loss=-gold_ll / max(gold[4], 1),
+        ce_loss=-gold_ll / chars[label],
+        ce_loss_v1=-gold_ll / chars_v1[label],
+        chars=tuple(chars),
+        chars_v1=tuple(chars_v1),
     )
