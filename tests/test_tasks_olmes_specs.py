@@ -265,3 +265,35 @@ def test_olmes_full_suites_mirror_the_sampled_ones():
     piqa = suite("piqa::olmes:full")
     assert piqa.members == ("piqa:mc::olmes:full", "piqa:rc::olmes:full") and piqa.primary == "mc_or_rc"
     assert suite("arc:rc::xlarge").members == ("arc_easy:rc::xlarge", "arc_challenge:rc::xlarge")
+
+
+def test_bpb_aliases_score_the_gold_continuations_bits_per_byte(data_dir):
+    """allenai/olmes tasks.py: each alias `X::Y` has `X:bpb::Y`, primary `bits_per_byte_corr`, the same requests."""
+    for task in OLMES_MC_TASKS[:9]:
+        for fmt in ("mc", "rc"):
+            for variant in ("olmes", "olmes:full"):
+                base, bpb = task_config(f"{task}:{fmt}::{variant}"), task_config(f"{task}:{fmt}:bpb::{variant}")
+                assert bpb.primary_metric == "bits_per_byte_corr"
+                assert (bpb.split, bpb.sample_limit, bpb.num_shots) == (base.split, base.sample_limit, base.num_shots)
+    (plain,), (bpb,) = resolve("arc_easy:rc::olmes"), resolve("arc_easy:rc:bpb::olmes")
+    assert bpb.is_mc is False and resolve("arc_easy:mc:bpb::olmes")[0].is_mc
+    assert [(i.prompt, i.continuations, i.label) for i in bpb.instances(data_dir, 3)] == \
+        [(i.prompt, i.continuations, i.label) for i in plain.instances(data_dir, 3)]
+    assert suite("arc:rc:bpb::olmes:full").members == ("arc_easy:rc:bpb::olmes:full", "arc_challenge:rc:bpb::olmes:full")
+
+
+def test_a_bpb_primary_is_the_mean_gold_bits_per_byte_and_records_show_the_raw_prediction(data_dir):
+    from proctor.requests import LoglikelihoodResult
+
+    (task,) = resolve("piqa:rc:bpb::olmes")
+    instances = task.instances(data_dir, 4)
+    results = {}
+    for inst in instances:
+        for i, request in enumerate(inst.requests):   # the first choice always the likeliest
+            results[request.key] = LoglikelihoodResult(-1.0 - i, 2, False)
+        for request in inst.uncond_requests:
+            results[request.key] = LoglikelihoodResult(-3.0, 2, False)
+    scored = task.score_docs(instances, results)
+    expected = [(1.0 + inst.label) / len(inst.continuations[inst.label].encode()) / math.log(2) for inst in instances]
+    assert scored.metrics["bits_per_byte_corr"].mean == pytest.approx(sum(expected) / 4)
+    assert all(r.metrics.predicted_index_raw == 0 for r in scored.records)

@@ -100,7 +100,7 @@ def test_scores_are_corpus_totals(monkeypatch):
 
 
 def test_proctor_tasks_lists_them(data_dir):
-    rows = {r.spec: r for r in task_rows("bpb", data_dir)}
+    rows = {r.spec: r for r in task_rows("::bpb", data_dir)}   # not OLMES's `<task>:<fmt>:bpb::olmes`
     assert len(rows) == 17
     c4 = rows["c4_en::bpb"]
     assert (c4.primary_metric, c4.items, c4.items_source) == ("bpb", 1000, "data")

@@ -16,8 +16,10 @@ def test_parse_spec():
     assert parse_spec("mmlu_stem:mc::olmes") == ("mmlu_stem", "mc", "olmes")
     assert parse_spec("gsm8k::olmo3:n8:v2") == ("gsm8k", None, "olmo3:n8:v2")
     assert parse_spec("socialiqa") == ("socialiqa", None, None)
-    with pytest.raises(UserError, match="malformed task spec"):
-        parse_spec("a:b::")
+    assert parse_spec("arc_easy:rc:bpb::olmes:full") == ("arc_easy", "rc:bpb", "olmes:full")  # OLMES's BPB alias
+    for malformed in ("a:b::", "a:b:c", "a:b:"):
+        with pytest.raises(UserError, match="malformed task spec"):
+            parse_spec(malformed)
 
 
 def test_all_specs():
@@ -48,13 +50,14 @@ def test_all_specs():
     }
     # the nine OLMES-v0.1 tasks' other sizes (proctor.tasks.olmes_sizes): :full, ::large and ::xlarge
     # of each MC and RC spec, and :val where the spec reads test (ARC-Easy, ARC-Challenge, OpenBookQA)
-    sizes = 9 * 2 * 3 + 3 * 2
-    assert len(specs) == sum(counts.values()) + sizes == 422
+    # and OLMES's BPB-only aliases of ::olmes and ::olmes:full (`<task>:<fmt>:bpb::olmes`)
+    sizes = 9 * 2 * 3 + 3 * 2 + 9 * 2 * 2
+    assert len(specs) == sum(counts.values()) + sizes == 458
 
 
 def test_every_suite_member_resolves():
     tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
-    assert len(suites) == 49
+    assert len(suites) == 50
     assert not tasks & set(suites)
     for s in suites.values():
         assert s.members and len(set(s.members)) == len(s.members), s.name
@@ -75,7 +78,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 49 + ["task"] * 422
+    assert [r.kind for r in rows] == ["suite"] * 50 + ["task"] * 458
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}
@@ -194,6 +197,7 @@ def test_task_rows_official_and_data(data_dir):
     assert {r.spec for r in task_rows("hellaswag", data_dir)} == {
         "hellaswag:rc::olmes", "hellaswag:mc::olmes", "hellaswag::leaderboard", "hellaswag::olmes",
         *(f"hellaswag:{fmt}::{size}" for fmt in ("mc", "rc") for size in ("olmes:full", "large", "xlarge")),
+        *(f"hellaswag:{fmt}:bpb::{size}" for fmt in ("mc", "rc") for size in ("olmes", "olmes:full")),
         "hellaswag::olmes:full"}
     assert next(r for r in task_rows("hellaswag:rc::xlarge", data_dir)).items_source == "official"
     with pytest.raises(UserError, match="no task spec matches"):

@@ -38,7 +38,7 @@ from proctor.requests import Loglikelihood, Policy
 
 METRIC_TYPES = ("acc", "len_norm", "bpb")
 # primary metric of a spine task -> the ICLMetric figure that equals it
-PRIMARY_TO_METRIC_TYPE = {"acc_raw": "acc", "acc_per_char": "len_norm"}
+PRIMARY_TO_METRIC_TYPE = {"acc_raw": "acc", "acc_per_char": "len_norm", "bits_per_byte_corr": "bpb"}
 
 
 @dataclass(frozen=True)

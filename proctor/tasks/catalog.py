@@ -98,8 +98,8 @@ def builtin_suites() -> dict[str, Suite]:
         out[name] = Suite(name, tuple(f"{t}::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
         name = f"core_9mcqa:rc::{variant}"
         out[name] = Suite(name, tuple(f"{t}:rc::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
-    for fmt in ("mc", "rc"):  # OLMES's ARC pairs
-        for variant in ("olmes:full", "xlarge"):
+    for fmt in ("mc", "rc", "rc:bpb"):  # OLMES's ARC pairs
+        for variant in ("olmes:full",) if fmt == "rc:bpb" else ("olmes:full", "xlarge"):
             name = f"arc:{fmt}::{variant}"
             out[name] = Suite(name, (f"arc_easy:{fmt}::{variant}", f"arc_challenge:{fmt}::{variant}"))
     # lm-eval's group bbh_cot_fewshot reports the mean over all docs (weight_by_size)

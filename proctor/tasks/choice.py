@@ -76,7 +76,10 @@ class RankedChoiceTask(Task):
 
     def score_docs(self, instances: Sequence[Instance], results: Mapping[str, LoglikelihoodResult]) -> Scored:
         """Rank each instance's choices by log-likelihood and its normalisations; records, sidecar, means."""
-        primary_kind = self.config.primary_metric.removeprefix("acc_")
+        primary = self.config.primary_metric
+        # the prediction a record shows: the primary accuracy's, the raw one under a BPB primary
+        primary_kind = primary.removeprefix("acc_") if primary.startswith("acc_") else "raw"
+        averaged = DOC_METRICS if primary in DOC_METRICS else (*DOC_METRICS, primary)
         records, sidecar, doc_metrics = [], [], []
         for inst in instances:
             unconds: list[Optional[LoglikelihoodResult]] = [results[r.key] for r in inst.uncond_requests]
@@ -94,7 +97,7 @@ class RankedChoiceTask(Task):
             sidecar.append(sidecar_row(
                 self.config, inst, is_correct=metrics.get("is_correct", predicted == inst.label),
                 predicted_answer=inst.choices[predicted], correct_answer=inst.choices[inst.label]))
-        return Scored(records, sidecar, dict(aggregate_docs(doc_metrics, DOC_METRICS)))
+        return Scored(records, sidecar, dict(aggregate_docs(doc_metrics, averaged)))
 
 
 class ChoiceTask(RankedChoiceTask):

