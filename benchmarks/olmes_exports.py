@@ -18,7 +18,8 @@ For each variant:
   document `doc_id`.
 - proctor's spec: the variant's alias (`task_config.metadata.alias`, e.g. `hellaswag:rc::olmes`)
   when it is one of proctor's task specs (`proctor.tasks.registry.all_specs`), else "no spec". A
-  variant without an alias (OLMES's `rc_0shot` exports) is tried as `<task_core>:<format>::olmes`.
+  variant without an alias (OLMES's `rc_0shot` exports) is tried as `<task_core>:<format>::olmes`,
+  `::olmo3` or `<task_core>::olmo1`: the one with the variant's shots and primary metric, else the first.
   Where the variant reads a whole split (its `val_*`, `test_*` and `rc_0shot` exports), the spec is
   the alias's `:full` or `:val` form that reads the same split unsampled. Where the variant's
   num_shots differ from the spec's, the plan gets them as `proctor prompts --num-fewshot` would.
@@ -197,9 +198,13 @@ def spec_for(export: OlmesExport, known: set[str]) -> tuple[Optional[str], bool]
     from proctor.tasks.registry import task_config
 
     base = export.alias
-    if base is None:
+    if base is None and export.format:   # OLMES's aliases: the one of the variant's shots and primary metric, else the first
         core = export.config.get("task_core") or export.task.split("/")[0]
-        base = f"{core}:{export.format}::olmes" if export.format else None
+        candidates = [s for s in (f"{core}:{export.format}::olmes", f"{core}:{export.format}::olmo3", f"{core}::olmo1")
+                      if s in known]
+        wanted = (export.config.get("num_shots"), export.config.get("primary_metric"))
+        base = next((s for s in candidates if (task_config(s).num_shots, task_config(s).primary_metric) == wanted),
+                    candidates[0] if candidates else None)
     if base is None or base not in known:
         return None, export.alias is None
     wanted = (export.config.get("split"), olmes_limit(export))

@@ -76,6 +76,9 @@ SIZES = {
                               (f"{f}_0shot", ":full", 0))},
     **{f"openbookqa/{v}": (f"openbookqa:{f}::olmes:val", shots)
        for f in ("mc", "rc") for v, shots in ((f"{f}_5shot", None), (f"val_{f}_5shot", None), (f"{f}_0shot", 0))},
+    # SciQ: OLMES's OLMo-3 configs, and the 2024 0-shot export of its OLMo-1 one
+    "sciq/mc_5shot": ("sciq:mc::olmo3", None), "sciq/rc_5shot": ("sciq:rc::olmo3", None),
+    "sciq/rc_0shot": ("sciq::olmo1", None),
 }
 
 
@@ -87,13 +90,14 @@ def exported_variants() -> list[str]:
 
 
 @pytest.mark.parametrize("variant", exported_variants())
-def test_every_size_of_the_nine_tasks_equals_olmes_export_under_its_spec(variant, data_dir):
+def test_every_export_of_the_nine_tasks_and_sciq_equals_olmes_under_its_spec(variant, data_dir):
     """ARC's and OpenBookQA's validation exports are `:val`; the whole-split ones `:full` (no sample)."""
     spec, shots = SIZES[variant]
     config, olmes, olmes_native = olmes_export(*variant.split("/"))
     olmes_config = config["task_config"]
     assert olmes_config.get("metadata", {}).get("alias", spec.rsplit(":", 1)[0]) in spec
-    assert (olmes_config["num_shots"], olmes_config["split"]) == (5 if shots is None else shots, task_config(spec).split)
+    own = task_config(spec)
+    assert (olmes_config["num_shots"], olmes_config["split"]) == (own.num_shots if shots is None else shots, own.split)
     (run,) = plan([spec], data_dir, None, PromptOptions(num_fewshot=shots)).tasks.values()
     mine, native, _ = keyed(run.instances)
     assert len(run.instances) == config["num_instances"]

