@@ -459,7 +459,7 @@ def test_a_python_task_file_cannot_end_the_cli(tmp_path, code, raised, capsys):
     ([{"q": "?", "c": ["x", "y"], "a": 1}], "answer_format: letter\n", "bad:mc",
      "field 'a' is 1, not a letter (answer_format says letter"),
     ([{"q": "?", "c": ["x", "y"], "a": "maybe"}], "", "bad:mc", "neither a 0-based index nor a letter"),
-    ([{"q": "?", "c": list("abcdef"), "a": 1}], "", "bad:mc", "has 6 choices; the :mc form letters at most 5"),
+    ([{"q": "?", "c": [str(i) for i in range(27)], "a": 1}], "", "bad:mc", "has 27 choices; the :mc form letters at most 26"),
     ([{"q": 3, "c": ["x", "y"], "a": 1}], "", "bad:rc", "the row has no string 'q' (found a number)"),
     ([{"q": "?", "A": "x", "a": 0}], "choices: [A, B]\n", "bad:mc", "the row has no string 'B' (missing)"),
     ([], "", "bad:mc", "dataset has no rows"),

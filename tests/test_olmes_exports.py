@@ -17,6 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from proctor.data import load_fewshot
+from proctor.data.exported import BASIC_SKILLS
 from olmes_data import HF_DATASETS, UNCOND_OFFSET, olmes_export, save_titled_boolq
 from proctor.data.saved import load_saved_split, saved_split
 from proctor.errors import UserError
@@ -79,6 +80,8 @@ SIZES = {
     # SciQ: OLMES's OLMo-3 configs, and the 2024 0-shot export of its OLMo-1 one
     "sciq/mc_5shot": ("sciq:mc::olmo3", None), "sciq/rc_5shot": ("sciq:rc::olmo3", None),
     "sciq/rc_0shot": ("sciq::olmo1", None),
+    # the basic skills: rows from the RC exports' documents (proctor.data.exported), shots drawn from them
+    **{f"basic_skills_{s}/{f}_5shot": (f"basic_skills_{s}:{f}::olmes", None) for s in BASIC_SKILLS for f in ("mc", "rc")},
 }
 
 
@@ -90,7 +93,7 @@ def exported_variants() -> list[str]:
 
 
 @pytest.mark.parametrize("variant", exported_variants())
-def test_every_export_of_the_nine_tasks_and_sciq_equals_olmes_under_its_spec(variant, data_dir):
+def test_every_export_of_the_nine_tasks_sciq_and_basic_skills_equals_olmes_under_its_spec(variant, data_dir):
     """ARC's and OpenBookQA's validation exports are `:val`; the whole-split ones `:full` (no sample)."""
     spec, shots = SIZES[variant]
     config, olmes, olmes_native = olmes_export(*variant.split("/"))
@@ -100,7 +103,7 @@ def test_every_export_of_the_nine_tasks_and_sciq_equals_olmes_under_its_spec(var
     assert (olmes_config["num_shots"], olmes_config["split"]) == (own.num_shots if shots is None else shots, own.split)
     (run,) = plan([spec], data_dir, None, PromptOptions(num_fewshot=shots)).tasks.values()
     mine, native, _ = keyed(run.instances)
-    assert len(run.instances) == config["num_instances"]
+    assert len(run.instances) == len({doc_id for uncond, doc_id, _ in olmes if not uncond})
     different = [key for key in olmes if mine.get(key) != olmes[key]]
     assert not different and len(mine) == len(olmes), (different[:3], len(mine), len(olmes))
     if set(olmes_native.values()) != {None}:   # some MC exports carry none
@@ -261,3 +264,24 @@ def test_a_saved_split_is_found_by_hub_id_or_name_and_a_damaged_one_is_one_line(
 
     with pytest.raises(UserError, match="not a dataset saved with datasets' save_to_disk"):
         load_saved_split(broken)
+
+
+def test_rows_from_an_export_are_its_documents_in_order_and_a_damaged_export_is_one_line(tmp_path, monkeypatch):
+    from proctor.data import exported, saved
+
+    rows = exported.exported_split("allenai/basic-skills", "pattern", "validation")
+    assert rows is not None and len(rows) == 534 and rows[0]["id"] == "0" and set(rows[0]) == {"id", "question",
+                                                                                                "choices", "gold"}
+    assert exported.exported_split("allenai/basic-skills", "pattern", "train") is None   # no such export
+    folder = tmp_path / "oe_eval_tasks" / "basic_skills_pattern" / "rc_5shot"
+    folder.mkdir(parents=True)
+    (tmp_path / "hf_datasets").mkdir()
+    monkeypatch.setattr(saved, "bundled_root", lambda: tmp_path / "hf_datasets")
+    for lines, problem in ((['{"doc_id": 1, "doc": {}}'], "not numbered 0..0"),
+                           (['{"doc_id": "0", "doc": {}}'], "not an OLMES request"),
+                           (['{"doc_id": 0, "doc": {}', ""], "")):
+        with gzip.open(folder / "requests.jsonl.gz", "wt") as out:
+            out.write("\n".join(lines) + "\n")
+        with pytest.raises(UserError, match=problem) as error:
+            exported.exported_split("allenai/basic-skills", "pattern", "validation")
+        assert "\n" not in str(error.value)

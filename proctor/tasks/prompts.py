@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 from proctor.requests import Chat, Context, Message
 from proctor.tasks.config import ChatFormat
 
-LETTERS = "ABCDE"
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"  # OLMES letters as many options as a question has (basic skills: 10)
 UNCOND_CONTEXT = "Answer:"
 
 
