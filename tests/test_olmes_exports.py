@@ -279,7 +279,7 @@ def test_rows_from_an_export_are_its_documents_in_order_and_a_damaged_export_is_
     monkeypatch.setattr(saved, "bundled_root", lambda: tmp_path / "hf_datasets")
     for lines, problem in ((['{"doc_id": 1, "doc": {}}'], "not numbered 0..0"),
                            (['{"doc_id": "0", "doc": {}}'], "not an OLMES request"),
-                           (['{"doc_id": 0, "doc": {}', ""], "")):
+                           (['{"doc_id": 0, "doc": {}', ""], "requests.jsonl.gz:1: invalid JSON")):
         with gzip.open(folder / "requests.jsonl.gz", "wt") as out:
             out.write("\n".join(lines) + "\n")
         with pytest.raises(UserError, match=problem) as error:
