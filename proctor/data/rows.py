@@ -134,6 +134,14 @@ def sciq_shot(row: object, where: str) -> dict:
     return {"question": field(row, "question", str, where), "options": options, "gold": gold}
 
 
+def nq_shot(row: object, where: str) -> dict:
+    """Check a Natural Questions few-shot example (OLMES:naturalqs): a question and its answers."""
+    answers = field(row, "answer", list, where)
+    if not answers or not all(isinstance(a, str) for a in answers):
+        raise UserError(f"{where} has answer {answers!r}; it needs a non-empty list of strings")
+    return {"question": field(row, "question", str, where), "answer": answers}
+
+
 def gsm8k(row: object, where: str) -> dict:
     """Check a GSM8K test/train row: its answer is the reasoning, then '#### <gold>'."""
     question, answer = field(row, "question", str, where), field(row, "answer", str, where)
@@ -160,5 +168,6 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:piqa": piqa,
     "OLMES:winogrande": winogrande,
     "OLMES:sciq": sciq_shot,
+    "OLMES:naturalqs": nq_shot,
     "STD:GSM8k": gsm8k_shot,
 }

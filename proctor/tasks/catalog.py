@@ -24,7 +24,9 @@ from proctor.tasks import (
     gsm8k,
     hellaswag,
     humaneval,
+    lambada,
     mmlu,
+    naturalqs,
     olmes_sizes,
     openbookqa,
     perplexity,
@@ -44,8 +46,8 @@ from proctor.tasks.lm_eval import (
 )
 from proctor.tasks.suite import Suite
 
-FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, gsm8k, bbh,
-            bbh_olmes,
+FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
+            lambada, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)

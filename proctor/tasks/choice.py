@@ -117,6 +117,8 @@ class ChoiceTask(RankedChoiceTask):
     splits: tuple[str, ...] = ("test",)
     #: the split few-shot rows come from, when they come from one (else a few-shot list)
     fewshot_split: Optional[str] = None
+    #: RC's unconditioned "Answer:" requests (acc_uncond); off for a gold continuation's BPB alone
+    unconditioned = True
 
     @property
     def is_mc(self) -> bool:
@@ -217,7 +219,7 @@ class ChoiceTask(RankedChoiceTask):
                 choices=labels,
                 continuations=spaced if chat is None or chat.assistant_prefix else tuple(labels),
                 label=r.gold,
-                uncond_context=None if self.is_mc else UNCOND_CONTEXT,
+                uncond_context=UNCOND_CONTEXT if self.unconditioned and not self.is_mc else None,
                 metadata=self.doc_metadata(doc),
                 uncond_continuations=None if chat is None else spaced,
             ))
