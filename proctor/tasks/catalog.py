@@ -25,6 +25,7 @@ from proctor.tasks import (
     hellaswag,
     humaneval,
     lambada,
+    medmcqa,
     mmlu,
     naturalqs,
     olmes_sizes,
@@ -47,7 +48,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, gsm8k, bbh, bbh_olmes,
+            lambada, medmcqa, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
