@@ -24,9 +24,9 @@ def lambada_row(doc: dict) -> dict:
     return {"text": doc["query"] + " " + doc["answers_text"][0]}
 
 
-def medmcqa_row(doc: dict) -> dict:
-    """Return the hub's MedMCQA row: OLMES's document without the fields OLMES added to it."""
-    return {key: value for key, value in doc.items() if key not in ("index", "query", "choices", "gold")}
+def hub_row(doc: dict) -> dict:
+    """Return the hub's row: OLMES's document without the fields OLMES added to it."""
+    return {key: value for key, value in doc.items() if key not in ("index", "query", "choices", "gold", "source")}
 
 
 #: (dataset, config, split) -> the export whose documents are that split, whole and in order, and
@@ -35,7 +35,9 @@ EXPORTED: dict[tuple[str, Optional[str], str], tuple[str, Callable[[dict], dict]
     **{("allenai/basic-skills", subset, "validation"): (f"basic_skills_{subset}/rc_5shot", dict)
        for subset in BASIC_SKILLS},
     ("EleutherAI/lambada_openai", None, "test"): ("lambada/bpb_0shot", lambada_row),
-    ("openlifescienceai/medmcqa", None, "validation"): ("medmcqa/rc_5shot", medmcqa_row),
+    ("openlifescienceai/medmcqa", None, "validation"): ("medmcqa/rc_5shot", hub_row),
+    ("allenai/qasper-yesno", None, "train"): ("qasper_yesno/rc_5shot", hub_row),
+    ("allenai/sciriff-yesno", None, "train"): ("sciriff_yesno/rc_5shot", hub_row),
 }
 
 

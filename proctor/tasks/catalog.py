@@ -36,6 +36,7 @@ from proctor.tasks import (
     seed_suites,
     socialiqa,
     winogrande,
+    yesno,
 )
 from proctor.tasks.base import Task, TaskConfig
 from proctor.tasks.lm_eval import (
@@ -48,7 +49,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, medmcqa, gsm8k, bbh, bbh_olmes,
+            lambada, medmcqa, yesno, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
