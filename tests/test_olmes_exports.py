@@ -86,6 +86,7 @@ SIZES = {
     "naturalqs_open/bpb_5shot": ("naturalqs:bpb::olmes", None), "lambada/bpb_0shot": ("lambada:bpb", None),
     # MedMCQA: rows from its RC export's documents, OLMES's 5 train shots shipped
     "medmcqa/mc_5shot": ("medmcqa:mc::none", None), "medmcqa/rc_5shot": ("medmcqa:rc::none", None),
+    "medqa_en/mc_5shot": ("medqa_en:mc::none", None), "medqa_en/rc_5shot": ("medqa_en:rc::none", None),
     # Qasper and SciRIFF yes/no: the train split, shots drawn from it
     **{f"{t}/{f}_5shot": (f"{t}:{f}::olmes", None) for t in ("qasper_yesno", "sciriff_yesno") for f in ("mc", "rc")},
 }

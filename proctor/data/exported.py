@@ -24,9 +24,14 @@ def lambada_row(doc: dict) -> dict:
     return {"text": doc["query"] + " " + doc["answers_text"][0]}
 
 
-def hub_row(doc: dict) -> dict:
-    """Return the hub's row: OLMES's document without the fields OLMES added to it."""
-    return {key: value for key, value in doc.items() if key not in ("index", "query", "choices", "gold", "source")}
+def without(*added: str) -> Callable[[dict], dict]:
+    """Return what makes the hub's row of OLMES's document: the document without the fields OLMES `added`."""
+    def hub_row(doc: dict) -> dict:
+        return {key: value for key, value in doc.items() if key not in added}
+    return hub_row
+
+
+OLMES_FIELDS = ("index", "query", "choices", "gold", "source")   # what OLMES's MC/RC documents add
 
 
 #: (dataset, config, split) -> the export whose documents are that split, whole and in order, and
@@ -35,9 +40,11 @@ EXPORTED: dict[tuple[str, Optional[str], str], tuple[str, Callable[[dict], dict]
     **{("allenai/basic-skills", subset, "validation"): (f"basic_skills_{subset}/rc_5shot", dict)
        for subset in BASIC_SKILLS},
     ("EleutherAI/lambada_openai", None, "test"): ("lambada/bpb_0shot", lambada_row),
-    ("openlifescienceai/medmcqa", None, "validation"): ("medmcqa/rc_5shot", hub_row),
-    ("allenai/qasper-yesno", None, "train"): ("qasper_yesno/rc_5shot", hub_row),
-    ("allenai/sciriff-yesno", None, "train"): ("sciriff_yesno/rc_5shot", hub_row),
+    ("openlifescienceai/medmcqa", None, "validation"): ("medmcqa/rc_5shot", without(*OLMES_FIELDS)),
+    # MedQA's own `choices` are its option texts
+    ("davidheineman/medqa-en", None, "test"): ("medqa_en/rc_5shot", without("index", "query", "gold")),
+    ("allenai/qasper-yesno", None, "train"): ("qasper_yesno/rc_5shot", without(*OLMES_FIELDS)),
+    ("allenai/sciriff-yesno", None, "train"): ("sciriff_yesno/rc_5shot", without(*OLMES_FIELDS)),
 }
 
 

@@ -143,6 +143,17 @@ def medmcqa(row: object, where: str) -> dict:
     return {**out, "cop": cop}
 
 
+def medqa(row: object, where: str) -> dict:
+    """Check a MedQA row: a question, its options and the gold's index answer_idx."""
+    choices = field(row, "choices", list, where)
+    if not choices or not all(isinstance(c, str) for c in choices):
+        raise UserError(f"{where} has choices {choices!r}; it needs a non-empty list of strings")
+    gold = field(row, "answer_idx", int, where)
+    if not 0 <= gold < len(choices):
+        raise UserError(f"{where} has answer_idx {gold!r}; it must index its {len(choices)} choices")
+    return {"question": field(row, "question", str, where), "choices": choices, "answer_idx": gold}
+
+
 def nq_shot(row: object, where: str) -> dict:
     """Check a Natural Questions few-shot example (OLMES:naturalqs): a question and its answers."""
     answers = field(row, "answer", list, where)
@@ -179,5 +190,6 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:sciq": sciq_shot,
     "OLMES:naturalqs": nq_shot,
     "OLMES:medmcqa": medmcqa,
+    "OLMES:medqa_en": medqa,
     "STD:GSM8k": gsm8k_shot,
 }

@@ -6,8 +6,8 @@ it reads (`oe_eval_tasks/<task>/<variant>/`) and a metric type. For the nine OLM
 every such export is one of proctor's specs, request for request (`tests/test_olmes_exports.py`),
 and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`), the basic skills'
 (`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`) and the gold-answer BPB of Natural
-Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, Qasper's and
-SciRIFF's (`medmcqa_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`):
+Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, MedQA's, Qasper's
+and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -76,6 +76,7 @@ def _labels() -> dict[str, Label]:
     out["naturalqs_bpb_5shot"] = Label("naturalqs:bpb::olmes", "bpb", export="naturalqs_open/bpb_5shot")
     out["lambada_bpb_0shot"] = Label("lambada:bpb", "bpb", export="lambada/bpb_0shot")
     out["medmcqa_rc_5shot"] = Label("medmcqa:rc::none", "acc", export="medmcqa/rc_5shot")
+    out["medqa_en_rc_5shot"] = Label("medqa_en:rc::none", "acc", export="medqa_en/rc_5shot")
     for task in ("qasper_yesno", "sciriff_yesno"):
         out[f"{task}_rc_5shot"] = Label(f"{task}:rc::olmes", "acc", export=f"{task}/rc_5shot")
     for subset in BASIC_SKILLS:
