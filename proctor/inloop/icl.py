@@ -13,7 +13,8 @@ A row (`task[i]`) is a dict of python lists and ints:
 - `item_id`, `num_items`, `doc_id` (document number 0..n-1), `cont_id` (continuation
   index), `label_id` (gold continuation), `num_choices`, `cont_str_len` (characters of the
   continuation, leading space included), `cont_byte_len` (its UTF-8 bytes) and
-  `cont_byte_len_no_leading_space` (bytes without one leading space).
+  `cont_byte_len_no_leading_space` (bytes without its first character, as ai2-olmo-eval counts
+  them: the leading space of OLMES's continuations).
 
 `collate_fn` right-pads a list of rows into the batch contract of `proctor.inloop`
 (`input_ids`, `attention_mask`, `labels` and each field above as a [B] LongTensor).
@@ -62,8 +63,12 @@ def gold_only(doc: ChoiceDoc) -> ChoiceDoc:
 
 
 def no_leading_space(continuation: str) -> str:
-    """Return the continuation without one leading space (what `bpb_v1` counts bytes of)."""
-    return continuation[1:] if continuation.startswith(" ") else continuation
+    """Return the continuation without its first character (what `bpb_v1` counts bytes of).
+
+    ai2-olmo-eval's "no leading space" lengths drop the first character whatever it is: OLMES's
+    choice continuations begin with a space, a code continuation (MT-MBPP's) with its first letter.
+    """
+    return continuation[1:]
 
 
 def check_metric_type(metric_type: str) -> str:

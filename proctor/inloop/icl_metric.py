@@ -17,8 +17,8 @@ each averaged over documents. Ties go to the lowest index (`proctor.metrics.choi
 metric_type "bpb" (one scored continuation per document) reports bpb_v1, bpb_v2, ce_loss.
 
 Beside these, `compute()` returns the keys ai2-olmo-eval's `ICLMetric.compute` returns for the
-metric type, with its values (v1: lengths without the continuation's leading space, v2: with
-it): `<acc|len_norm>_v1` and `_v2` (both the accuracy under the metric type, as there),
+metric type, with its values (v1: lengths without the continuation's first character, its
+leading space; v2: with it): `<acc|len_norm>_v1` and `_v2` (both the accuracy under the metric type, as there),
 `ce_loss_v1`/`_v2`, `bpb_v1`/`_v2`, and `soft_v1`/`_v2` and `soft_log_v1`/`_v2`: the mean
 probability (and log-probability) of the gold continuation under a softmax over the
 document's scores (loglikelihoods, or for len_norm loglikelihood per character). For "bpb":
@@ -176,8 +176,8 @@ def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
         raise ValueError(f"document {doc_id}: gold index {label} is not one of {num_choices} continuations")
     lls = [v for _, v in rows]
     chars = [max(f[4], 1) for f in fields]
-    # characters without the leading space: one fewer where the bytes lost one
-    chars_v1 = [max(f[4] - (f[5] - f[6]), 1) for f in fields]
+    # characters without the first (the leading space), as ai2-olmo-eval counts them
+    chars_v1 = [max(f[4] - 1, 1) for f in fields]
     gold_ll, gold = lls[label], fields[label]
     return DocResult(
         doc_id=doc_id,

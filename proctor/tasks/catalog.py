@@ -28,6 +28,7 @@ from proctor.tasks import (
     medmcqa,
     medqa,
     mmlu,
+    mt_mbpp,
     naturalqs,
     olmes_sizes,
     openbookqa,
@@ -50,7 +51,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, medmcqa, medqa, yesno, gsm8k, bbh, bbh_olmes,
+            lambada, medmcqa, medqa, yesno, mt_mbpp, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
