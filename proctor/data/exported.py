@@ -18,6 +18,8 @@ from proctor.errors import UserError
 UNCOND_OFFSET = 1_000_000   # OLMES's doc_id offset of unconditioned requests
 MT_MBPP_LANGUAGES = ("bash", "c", "cpp", "csharp", "go", "haskell", "java", "javascript", "matlab", "php", "python", "r",
                      "ruby", "rust", "scala", "swift", "typescript")
+MATH_SUBJECTS = ("algebra", "counting_and_probability", "geometry", "intermediate_algebra", "number_theory",
+                 "prealgebra", "precalculus")
 BASIC_SKILLS = ("arithmetic", "coding", "common_knowledge", "logical_reasoning", "pattern", "string_operations")
 
 
@@ -34,6 +36,7 @@ def without(*added: str) -> Callable[[dict], dict]:
 
 
 OLMES_FIELDS = ("index", "query", "choices", "gold", "source")   # what OLMES's MC/RC documents add
+MATH_ADDED = ("index", "query", "choices", "answer")   # ... and its MATH documents (the extracted answer)
 
 
 #: (dataset, config, split) -> the export whose documents are that split, whole and in order, and
@@ -47,6 +50,9 @@ EXPORTED: dict[tuple[str, Optional[str], str], tuple[str, Callable[[dict], dict]
     ("davidheineman/medqa-en", None, "test"): ("medqa_en/rc_5shot", without("index", "query", "gold")),
     **{("allenai/multilingual_mbpp", lang, "test"): (f"mt_mbpp_{lang}/gold_bpb_3shot", without("choices"))
        for lang in MT_MBPP_LANGUAGES},
+    **{("EleutherAI/hendrycks_math", subject, "test"): (f"minerva_math_{subject}/gold_bpb_0shot", without(*MATH_ADDED))
+       for subject in MATH_SUBJECTS},
+    ("HuggingFaceH4/MATH-500", None, "test"): ("minerva_math_500/gold_bpb_0shot", without(*MATH_ADDED)),
     ("allenai/qasper-yesno", None, "train"): ("qasper_yesno/rc_5shot", without(*OLMES_FIELDS)),
     ("allenai/sciriff-yesno", None, "train"): ("sciriff_yesno/rc_5shot", without(*OLMES_FIELDS)),
 }

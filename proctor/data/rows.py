@@ -154,6 +154,11 @@ def medqa(row: object, where: str) -> dict:
     return {"question": field(row, "question", str, where), "choices": choices, "answer_idx": gold}
 
 
+def minerva_shot(row: object, where: str) -> dict:
+    """Check a Minerva MATH example: a problem and its solution as the prompt shows it."""
+    return {"problem": field(row, "problem", str, where), "solution": field(row, "solution", str, where)}
+
+
 def nq_shot(row: object, where: str) -> dict:
     """Check a Natural Questions few-shot example (OLMES:naturalqs): a question and its answers."""
     answers = field(row, "answer", list, where)
@@ -189,6 +194,7 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:winogrande": winogrande,
     "OLMES:sciq": sciq_shot,
     "OLMES:naturalqs": nq_shot,
+    "Minerva:MATH:fixed": minerva_shot,
     "OLMES:medmcqa": medmcqa,
     "OLMES:medqa_en": medqa,
     "STD:GSM8k": gsm8k_shot,

