@@ -217,7 +217,7 @@ def test_task_decorator_registers_a_class():
 
 @pytest.mark.parametrize("spec, cls, kwargs, message", [
     ("x:mc", dict, {}, "decorates a Task subclass"),
-    ("x:mc", ChoiceTask, {}, "does not implement fewshot_rows, render, split_rows"),
+    ("x:mc", ChoiceTask, {}, "does not implement fewshot_rows, render"),
     ("x::v", Tiny, {}, "a ChoiceTask spec is <name>:mc or <name>:rc"),
     ("x:mc", Tiny, {"primary_metric": "acc_uncond"}, "primary_metric must be one of"),
     ("x:mc", Tiny, {"num_shots": -1}, "num_shots must be an integer >= 0"),

@@ -92,6 +92,10 @@ SIZES = {
     # Minerva MATH: the reference solution's BPB after the four Minerva examples
     **{f"minerva_math_{s}/gold_bpb_0shot": (f"minerva_math_{s}::bpb", None) for s in MATH_SUBJECTS},
     "minerva_math_500/gold_bpb_0shot": ("minerva_math_500:bpb::olmes", None),
+    # code BPB: HumanEval (0 and 3 shots), MBPP's in-loop prompt
+    "codex_humaneval/gold_bpb_0shot": ("codex_humaneval::bpb", None),
+    "codex_humaneval/gold_bpb_3shot": ("codex_humaneval:3shot:bpb::none", None),
+    "codex_mbpp/gold_bpb_3shot": ("mbpp:3shot:bpb::none", None),
     # Qasper and SciRIFF yes/no: the train split, shots drawn from it
     **{f"{t}/{f}_5shot": (f"{t}:{f}::olmes", None) for t in ("qasper_yesno", "sciriff_yesno") for f in ("mc", "rc")},
 }

@@ -53,6 +53,7 @@ EXPORTED: dict[tuple[str, Optional[str], str], tuple[str, Callable[[dict], dict]
     **{("EleutherAI/hendrycks_math", subject, "test"): (f"minerva_math_{subject}/gold_bpb_0shot", without(*MATH_ADDED))
        for subject in MATH_SUBJECTS},
     ("HuggingFaceH4/MATH-500", None, "test"): ("minerva_math_500/gold_bpb_0shot", without(*MATH_ADDED)),
+    ("google-research-datasets/mbpp", None, "test"): ("codex_mbpp/gold_bpb_3shot", without("choices")),
     ("allenai/qasper-yesno", None, "train"): ("qasper_yesno/rc_5shot", without(*OLMES_FIELDS)),
     ("allenai/sciriff-yesno", None, "train"): ("sciriff_yesno/rc_5shot", without(*OLMES_FIELDS)),
 }

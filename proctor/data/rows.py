@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from proctor.data.exported import MT_MBPP_LANGUAGES
 from proctor.data.fields import field
 from proctor.errors import UserError
 
@@ -159,6 +160,11 @@ def minerva_shot(row: object, where: str) -> dict:
     return {"problem": field(row, "problem", str, where), "solution": field(row, "solution", str, where)}
 
 
+def code_shot(row: object, where: str) -> dict:
+    """Check an MBPP or MT-MBPP example: a task's text and its code."""
+    return {"text": field(row, "text", str, where), "code": field(row, "code", str, where)}
+
+
 def nq_shot(row: object, where: str) -> dict:
     """Check a Natural Questions few-shot example (OLMES:naturalqs): a question and its answers."""
     answers = field(row, "answer", list, where)
@@ -195,6 +201,8 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:sciq": sciq_shot,
     "OLMES:naturalqs": nq_shot,
     "Minerva:MATH:fixed": minerva_shot,
+    "Original:MBPP": code_shot,
+    **{f"multilingual_mbpp:{lang}": code_shot for lang in MT_MBPP_LANGUAGES},
     "OLMES:medmcqa": medmcqa,
     "OLMES:medqa_en": medqa,
     "STD:GSM8k": gsm8k_shot,

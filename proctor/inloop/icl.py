@@ -32,7 +32,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 from torch.utils.data import Dataset
 
-from proctor.engine.tokens import TokenizationPolicy
+from proctor.engine.tokens import EncodedPair, TokenizationPolicy, Window, window
 from proctor.errors import UserError, check_positive_int
 from proctor.inloop.batching import collate_items, pad_token_id
 from proctor.requests import Loglikelihood, Policy
@@ -53,6 +53,15 @@ class ChoiceDoc:
     #: each continuation's own context where they differ (partial evaluation, WinoGrande's RC);
     #: None: `prompt` for every continuation
     prompts: Optional[tuple[str, ...]] = None
+
+
+def apart_windows(tokenizer: Any, pairs: Sequence[tuple[Any, str]], max_length: int) -> list[Window]:
+    """Return ai2-olmo-eval's windows: context and continuation encoded apart (no whitespace moved), left-truncated."""
+    texts = list(dict.fromkeys(text for pair in pairs for text in pair))
+    if not all(isinstance(t, str) for t in texts):
+        raise UserError("in-loop evaluation scores plain-text prompts, not chats")
+    ids = dict(zip(texts, tokenizer(texts, add_special_tokens=False)["input_ids"]))
+    return [window(EncodedPair(tuple(ids[c]), tuple(ids[x])), max_length) for c, x in pairs]
 
 
 def gold_only(doc: ChoiceDoc) -> ChoiceDoc:
@@ -88,7 +97,8 @@ class ICLDataset(Dataset):
     metric_type: str = "acc"
 
     def __init__(self, docs: Sequence[ChoiceDoc], tokenizer: Any, *, model_ctx_len: int,
-                 metric_type: str, what: str = "task", bos_token_id: Optional[int] = None):
+                 metric_type: str, what: str = "task", bos_token_id: Optional[int] = None,
+                 encode_apart: bool = False):
         check_positive_int("model_ctx_len", model_ctx_len)
         self.metric_type = check_metric_type(metric_type)
         self.model_ctx_len = model_ctx_len
@@ -107,11 +117,13 @@ class ICLDataset(Dataset):
                 requests.append(Loglikelihood(prompt, cont, doc.policy))
                 meta.append((doc_id, cont_id, doc.label, len(doc.continuations), len(cont),
                              len(cont.encode("utf-8")), len(no_leading_space(cont).encode("utf-8"))))
-        policy = TokenizationPolicy(tokenizer, max_length=model_ctx_len)
         try:
-            windows = policy.request_windows(requests)
-        except ValueError as e:  # a continuation longer than the window
-            raise UserError(f"{what}: {e}; raise model_ctx_len") from None
+            if encode_apart:
+                windows = apart_windows(tokenizer, [(r.context, r.continuation) for r in requests], model_ctx_len)
+            else:
+                windows = TokenizationPolicy(tokenizer, max_length=model_ctx_len).request_windows(requests)
+        except (ValueError, UserError) as e:  # a continuation longer than the window
+            raise UserError(f"{what}: {str(e).split('; raise')[0]}; raise model_ctx_len") from None
         if bos_token_id is not None:
             # ai2-olmo-eval's rows: BOS before the context, then the left truncation (which drops it)
             windows = [replace(w, inputs=(bos_token_id, *w.inputs), start=w.start + 1)
@@ -174,14 +186,18 @@ class ICLTask(ICLDataset):
     "bpb" only each document's gold continuation is (a row per document). `num_shots`
     replaces the spec's few-shot count (`proctor run --num-fewshot`). `bos_token_id` puts that
     token before every row's context, as ai2-olmo-eval does for a tokenizer with a BOS (a row
-    left-truncated to `model_ctx_len` loses it there too); by default rows are exactly
-    `proctor run`'s, which add none.
+    left-truncated to `model_ctx_len` loses it there too); `encode_apart` encodes each context and
+    continuation apart, as ai2-olmo-eval does, where `proctor run` (as OLMES and lm-eval offline)
+    moves the context's trailing whitespace into the continuation and reads the continuation's
+    tokens off the whole text: the two differ only where a context ends in whitespace or a token
+    would span the boundary (code prompts ending in a newline). By default rows are exactly
+    `proctor run`'s.
     """
 
     def __init__(self, spec: str, tokenizer: Any, *, model_ctx_len: int = 2048,
                  data_dir: Optional[Union[str, Path]] = None, limit: Optional[int] = None,
                  metric_type: Optional[str] = None, num_shots: Optional[int] = None,
-                 bos_token_id: Optional[int] = None):
+                 bos_token_id: Optional[int] = None, encode_apart: bool = False):
         from proctor.data.sources import resolve_data_dir
         from proctor.tasks.choice import RankedChoiceTask
         from proctor.tasks.registry import resolve
@@ -222,7 +238,7 @@ class ICLTask(ICLDataset):
         if not docs:
             raise UserError(f"{self.spec}: no documents to evaluate")
         super().__init__(docs, tokenizer, model_ctx_len=model_ctx_len, metric_type=kind, what=self.spec,
-                         bos_token_id=bos_token_id)
+                         bos_token_id=bos_token_id, encode_apart=encode_apart)
 
     def __repr__(self) -> str:
         return (f"ICLTask({self.spec!r}, documents={self.num_documents}, rows={len(self)}, "

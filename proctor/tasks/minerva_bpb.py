@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from proctor.data import load_fewshot, load_split
+from proctor.data import load_fewshot
 from proctor.data.exported import MATH_SUBJECTS
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
@@ -30,9 +30,6 @@ class MinervaBPBTask(ChoiceTask):
     splits = ("test",)
     unconditioned = False
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(self.config.dataset_path, self.config.dataset_name, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Read the four Minerva examples."""

@@ -13,9 +13,9 @@ exports (`proctor.data.exported`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from proctor.data import load_fewshot, load_split
+from proctor.data import load_fewshot
 from proctor.data.exported import MT_MBPP_LANGUAGES
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
@@ -28,6 +28,7 @@ class MultilingualMBPPTask(ChoiceTask):
     """A task's reference code in one language after OLMES's prompt, scored alone (its BPB)."""
 
     splits = ("test",)
+    native_id_field = "task_id"
     unconditioned = False
 
     @property
@@ -35,13 +36,7 @@ class MultilingualMBPPTask(ChoiceTask):
         """Return the language of this spec (its dataset config)."""
         return self.config.needs("dataset_name")
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(DATASET, self.language, split, data_dir)
 
-    def native_id(self, row: dict, index: int) -> Any:
-        """Return the row's `task_id`."""
-        return row["task_id"]
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Read OLMES's 3 examples of this language (`multilingual_mbpp:<language>`)."""

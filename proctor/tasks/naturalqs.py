@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from proctor.data import load_fewshot, load_split
+from proctor.data import load_fewshot
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
@@ -29,9 +29,6 @@ class NaturalQuestionsBPBTask(ChoiceTask):
     splits = ("validation", "train")
     unconditioned = False
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(DATASET, None, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Read the first num_shots of OLMES's NQ few-shot examples."""

@@ -20,7 +20,7 @@ import random
 from pathlib import Path
 from typing import Optional
 
-from proctor.data import load_fewshot, load_split
+from proctor.data import load_fewshot
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
 from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
@@ -36,9 +36,6 @@ class SciQTask(ChoiceTask):
 
     splits = ("validation", "train", "test")
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(DATASET, None, split, data_dir)
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Read OLMES's 5 SciQ shots (`OLMES:sciq`)."""

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from proctor.data import load_split
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
@@ -40,14 +39,9 @@ class YesNoTask(ChoiceTask):
     """A passage and a yes/no question about it, as OLMES runs Qasper and SciRIFF."""
 
     splits = ("train", "validation", "test")
+    native_id_field = "id"
 
-    def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Read one split's rows."""
-        return load_split(self.config.dataset_path, None, split, data_dir)
 
-    def native_id(self, row: dict, index: int) -> Any:
-        """Return the row's `id`."""
-        return row["id"]
 
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
         """Return num_shots rows of the evaluated split, `random.Random(1234).sample`d (OLMES's draw)."""
