@@ -96,6 +96,7 @@ SIZES = {
     "codex_humaneval/gold_bpb_0shot": ("codex_humaneval::bpb", None),
     "codex_humaneval/gold_bpb_3shot": ("codex_humaneval:3shot:bpb::none", None),
     "codex_mbpp/gold_bpb_3shot": ("mbpp:3shot:bpb::none", None),
+    "gsm8k/gold_bpb_5shot": ("gsm8k::bpb", None),   # the solution as OLMES cleans it
     # Qasper and SciRIFF yes/no: the train split, shots drawn from it
     **{f"{t}/{f}_5shot": (f"{t}:{f}::olmes", None) for t in ("qasper_yesno", "sciriff_yesno") for f in ("mc", "rc")},
 }

@@ -44,7 +44,7 @@ def test_all_specs():
         "boolq": 2, "csqa": 2, "openbookqa": 2,                       # OLMES MC/RC
         "piqa": 2, "winogrande": 2, "sciq": 3, "basic_skills": 12,    # OLMES MC/RC (SciQ: ::olmo3, ::olmo1)
         "naturalqs": 1, "lambada": 1, "medmcqa": 2, "yesno": 4,       # gold-answer BPB; MedMCQA, Qasper, SciRIFF
-        "medqa": 2, "mt_mbpp": 17, "minerva_bpb": 8, "humaneval_bpb": 2, "mbpp_bpb": 1,
+        "medqa": 2, "mt_mbpp": 17, "minerva_bpb": 8, "humaneval_bpb": 2, "mbpp_bpb": 1, "gsm8k_bpb": 1,
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
         "lm_eval.arc": 1, "lm_eval.hellaswag": 1, "lm_eval.mmlu": 57,
         "lm_eval.truthfulqa": 2, "lm_eval.bigbench": 9,              # lm-eval formats
@@ -54,7 +54,7 @@ def test_all_specs():
     # of each MC and RC spec, and :val where the spec reads test (ARC-Easy, ARC-Challenge, OpenBookQA)
     # and OLMES's BPB-only aliases of ::olmes and ::olmes:full (`<task>:<fmt>:bpb::olmes`)
     sizes = 9 * 2 * 3 + 3 * 2 + 9 * 2 * 2
-    assert len(specs) == sum(counts.values()) + sizes == 511
+    assert len(specs) == sum(counts.values()) + sizes == 512
 
 
 def test_every_suite_member_resolves():
@@ -80,7 +80,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 53 + ["task"] * 511
+    assert [r.kind for r in rows] == ["suite"] * 53 + ["task"] * 512
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}

@@ -8,7 +8,7 @@ and so are SciQ's (`sciq_rc_0shot`: `sciq::olmo1`), the basic skills'
 (`basic_skills_<set>_rc_5shot`: `basic_skills_<set>:rc::olmes`) and the gold-answer BPB of Natural
 Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, MedQA's, Qasper's
 and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`),
-the gold-code BPB of MT-MBPP, HumanEval and MBPP (`mt_mbpp_<language>_gold_bpb_3shot`,
+GSM8K's gold-solution BPB (`gsm8k_gold_bpb_5shot`), the gold-code BPB of MT-MBPP, HumanEval and MBPP (`mt_mbpp_<language>_gold_bpb_3shot`,
 `codex_humaneval_gold_bpb_{0,3}shot`, `codex_mbpp_gold_bpb_3shot`) and Minerva MATH's gold-solution BPB
 (`minerva_math_<subject>_gold_bpb_0shot`, `minerva_math_500_gold_bpb_0shot`):
 
@@ -89,6 +89,7 @@ def _labels() -> dict[str, Label]:
     out["codex_humaneval_gold_bpb_0shot"] = Label("codex_humaneval::bpb", "bpb", export="codex_humaneval/gold_bpb_0shot")
     out["codex_humaneval_gold_bpb_3shot"] = Label("codex_humaneval:3shot:bpb::none", "bpb",
                                                   export="codex_humaneval/gold_bpb_3shot")
+    out["gsm8k_gold_bpb_5shot"] = Label("gsm8k::bpb", "bpb", export="gsm8k/gold_bpb_5shot")
     out["codex_mbpp_gold_bpb_3shot"] = Label("mbpp:3shot:bpb::none", "bpb", export="codex_mbpp/gold_bpb_3shot")
     for lang in MT_MBPP_LANGUAGES:
         out[f"mt_mbpp_{lang}_gold_bpb_3shot"] = Label(f"mt_mbpp:{lang}", "bpb", export=f"mt_mbpp_{lang}/gold_bpb_3shot")

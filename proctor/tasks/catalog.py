@@ -22,6 +22,7 @@ from proctor.tasks import (
     boolq,
     csqa,
     gsm8k,
+    gsm8k_bpb,
     hellaswag,
     humaneval,
     humaneval_bpb,
@@ -54,7 +55,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, medmcqa, medqa, yesno, mt_mbpp, minerva_bpb, humaneval_bpb, mbpp_bpb, gsm8k, bbh,
+            lambada, medmcqa, medqa, yesno, mt_mbpp, minerva_bpb, humaneval_bpb, mbpp_bpb, gsm8k_bpb, gsm8k, bbh,
             bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
