@@ -22,7 +22,7 @@ from proctor.metrics import aggregate_docs, choice_score, score_multiple_choice
 from proctor.outputs.records import ChoiceMetrics, ChoiceOutput, ChoiceRecord
 from proctor.requests import LoglikelihoodResult
 from proctor.tasks.base import Instance, Scored, Task, about, assign_query_ids, check_limit, sidecar_row, spec_sample
-from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, make_cloze_prompt, make_mcq_prompt, olmes_context
+from proctor.tasks.prompts import LETTERS, UNCOND_CONTEXT, choice_prompt, olmes_context
 from proctor.tasks.spec import spec_format
 
 # OLMES order for split="all": test, then validation, then train (those the task has).
@@ -48,15 +48,14 @@ class Rendered:
 def lettered_choices(benchmark: str, row: dict, question: str, key: str, is_mc: bool) -> Rendered:
     """Render a row whose answers are `choices.text` and whose gold is the letter `key` (ARC, CSQA, OpenBookQA).
 
-    MC lists the answers after the question (`make_mcq_prompt`), RC asks the question alone;
+    MC lists the answers after the question, RC asks the question alone (`choice_prompt`);
     a key that names none of the answers is one line naming the item.
     """
     options = tuple(row["choices"]["text"])
     if key not in LETTERS[: len(options)]:
         raise UserError(f"{benchmark} item {row.get('id')!r}: answer key {row['answerKey']!r} does not "
                         f"name one of its {len(options)} options")
-    text = make_mcq_prompt(question, options) if is_mc else make_cloze_prompt(question)
-    return Rendered(text=text, options=options, gold=LETTERS.index(key))
+    return Rendered(text=choice_prompt(question, options, is_mc), options=options, gold=LETTERS.index(key))
 
 
 #: OLMES's few-shot seed (`fewshot_seed`), where it draws shots from a split

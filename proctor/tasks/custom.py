@@ -63,7 +63,7 @@ from proctor.requests import Generate, GenerateResult
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
 from proctor.tasks.generation import DocScore, GenerationInstance, GenerationTask
-from proctor.tasks.prompts import LETTERS, fewshot_prefix, make_cloze_prompt, make_mcq_prompt, shot_block
+from proctor.tasks.prompts import LETTERS, choice_prompt, fewshot_prefix, make_cloze_prompt, shot_block
 
 SUFFIXES = (".yaml", ".yml", ".toml")
 DATA_SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -542,7 +542,7 @@ class FileChoiceTask(_FromFile, ChoiceTask):
     def render(self, row: dict) -> Rendered:
         """Lay a row out as OLMES does: MC with lettered choices, RC as a cloze prompt."""
         q, choices = row["question"], tuple(row["choices"])
-        text = make_mcq_prompt(q, choices) if self.is_mc else make_cloze_prompt(q)
+        text = choice_prompt(q, choices, self.is_mc)
         return Rendered(text=text, options=choices, gold=row["answer"])
 
 

@@ -18,7 +18,7 @@ from proctor.data import load_fewshot
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.prompts import choice_prompt
 
 DATASET = "openlifescienceai/medmcqa"
 FEWSHOT = "OLMES:medmcqa"
@@ -43,8 +43,7 @@ class MedMCQATask(ChoiceTask):
         gold = row["cop"]
         if gold not in range(len(options)):
             raise UserError(f"MedMCQA item {row['question']!r}: cop {gold!r} is not 0-3 (an unlabelled split?)")
-        text = make_mcq_prompt(row["question"], options) if self.is_mc else make_cloze_prompt(row["question"])
-        return Rendered(text=text, options=options, gold=gold)
+        return Rendered(text=choice_prompt(row["question"], options, self.is_mc), options=options, gold=gold)
 
 
 def configs() -> dict[str, TaskConfig]:

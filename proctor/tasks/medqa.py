@@ -18,7 +18,7 @@ from proctor.data import load_fewshot
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.prompts import choice_prompt
 
 DATASET = "davidheineman/medqa-en"
 FEWSHOT = "OLMES:medqa_en"
@@ -40,8 +40,7 @@ class MedQATask(ChoiceTask):
         options, gold = tuple(row["choices"]), row["answer_idx"]
         if gold not in range(len(options)):
             raise UserError(f"MedQA item {row['question'][:60]!r}: answer_idx {gold!r} names none of its options")
-        text = make_mcq_prompt(row["question"], options) if self.is_mc else make_cloze_prompt(row["question"])
-        return Rendered(text=text, options=options, gold=gold)
+        return Rendered(text=choice_prompt(row["question"], options, self.is_mc), options=options, gold=gold)
 
 
 def configs() -> dict[str, TaskConfig]:

@@ -16,7 +16,7 @@ from proctor.data import load_split
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
 from proctor.tasks.config import ChatFormat
-from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.prompts import choice_prompt
 
 DATASET = "cais/mmlu"
 
@@ -79,7 +79,7 @@ class MMLUTask(ChoiceTask):
     def render(self, row: dict) -> Rendered:
         """Lay a row out as an MC prompt with lettered choices, or as a cloze prompt for RC."""
         choices = tuple(row["choices"])
-        text = make_mcq_prompt(row["question"], choices) if self.is_mc else make_cloze_prompt(row["question"])
+        text = choice_prompt(row["question"], choices, self.is_mc)
         return Rendered(text=text, options=choices, gold=int(row["answer"]))
 
 

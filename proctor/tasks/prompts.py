@@ -28,6 +28,11 @@ def make_cloze_prompt(question: str, question_prefix: str = "Question: ") -> str
     return f"{question_prefix}{question}\nAnswer:"
 
 
+def choice_prompt(question: str, options: Sequence[str], is_mc: bool) -> str:
+    """Return OLMES's prompt of a question with options: lettered after it (MC), or the question alone (RC)."""
+    return make_mcq_prompt(question, options) if is_mc else make_cloze_prompt(question)
+
+
 def shot_block(text: str, target: str) -> str:
     """One few-shot example: its prompt text followed by `" " + gold`."""
     return f"{text} {target}"

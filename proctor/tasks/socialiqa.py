@@ -16,7 +16,7 @@ from typing import Optional
 from proctor.data import load_fewshot, load_split
 from proctor.tasks.base import TaskConfig
 from proctor.tasks.choice import ChoiceTask, Rendered
-from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
+from proctor.tasks.prompts import choice_prompt
 from proctor.tasks.reasoning_types import reasoning_type
 
 DATASET = "allenai/social_i_qa"
@@ -40,7 +40,7 @@ class SocialIQATask(ChoiceTask):
         """Lay out context and question with the three answers; the 1-based label becomes an index."""
         question = row["context"] + " " + row["question"]
         options = (row["answerA"], row["answerB"], row["answerC"])
-        text = make_mcq_prompt(question, options) if self.is_mc else make_cloze_prompt(question)
+        text = choice_prompt(question, options, self.is_mc)
         return Rendered(text=text, options=options, gold=int(row["label"]) - 1)
 
     def row_metadata(self, row: dict) -> dict:

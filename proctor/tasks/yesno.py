@@ -19,13 +19,12 @@ from typing import Optional
 
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.choice import ChoiceTask, Rendered
+from proctor.tasks.choice import SHOT_SEED, ChoiceTask, Rendered
 from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
 
 #: task -> its hub dataset
 DATASETS = {"qasper_yesno": "allenai/qasper-yesno", "sciriff_yesno": "allenai/sciriff-yesno"}
 ANSWERS = ("Yes", "No")
-FEWSHOT_SEED = 1234
 
 
 def passage(row: dict) -> str:
@@ -47,7 +46,7 @@ class YesNoTask(ChoiceTask):
         """Return num_shots rows of the evaluated split, `random.Random(1234).sample`d (OLMES's draw)."""
         rows = self.split_rows(data_dir, self.config.split)
         k = min(self.config.num_shots, len(rows))
-        return [rows[i] for i in random.Random(FEWSHOT_SEED).sample(range(len(rows)), k)]
+        return [rows[i] for i in random.Random(SHOT_SEED).sample(range(len(rows)), k)]
 
     def render(self, row: dict) -> Rendered:
         """Lay out the passage and the question; the gold is the row's answer, Yes or No."""
