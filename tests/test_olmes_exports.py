@@ -99,6 +99,15 @@ SIZES = {
     "gsm8k/gold_bpb_5shot": ("gsm8k::bpb", None),   # the solution as OLMES cleans it
     # Qasper and SciRIFF yes/no: the train split, shots drawn from it
     **{f"{t}/{f}_5shot": (f"{t}:{f}::olmes", None) for t in ("qasper_yesno", "sciriff_yesno") for f in ("mc", "rc")},
+    # LAB-Bench: its one split (train) is evaluated, and its 3 shots drawn from it, the same for every document
+    **{f"lab_bench_{s}/{f}_3shot": (f"lab_bench_{s}:{f}", None) for s in ("dbqa", "protocolqa") for f in ("mc", "rc")},
+    # CopyColors: the test rows rebuilt from the export's prompts; the cyclic spec rotates each row's colours
+    "copycolors/10way": ("copycolors_10way:mc::none", None),
+    "copycolors/xl_10way": ("copycolors_cyclic_10way:mc::none", None),
+    # reading-comprehension gold-answer BPB: CoQA's turns rebuilt into stories, DROP's and SQuAD's
+    # exports of OLMES's sample serving their 1,000-document specs
+    "coqa/bpb_0shot": ("coqa:bpb::olmes", None), "drop/bpb_5shot": ("drop:bpb::olmes", None),
+    "jeopardy/bpb_5shot": ("jeopardy:bpb::olmes", None), "squad/bpb_5shot": ("squad:bpb::olmes", None),
 }
 
 
@@ -125,6 +134,16 @@ def test_every_export_proctor_has_a_spec_for_equals_olmes_under_it(variant, data
     assert not different and len(mine) == len(olmes), (different[:3], len(mine), len(olmes))
     if set(olmes_native.values()) != {None}:   # some MC exports carry none
         assert native == olmes_native
+
+
+def test_an_export_of_olmes_sample_serves_only_a_spec_sampling_as_many():
+    from proctor.data.exported import exported_split
+
+    assert exported_split("allenai/squad", None, "validation") is None   # not the whole split
+    assert exported_split("allenai/squad", None, "validation", sample=500) is None
+    rows = exported_split("allenai/squad", None, "validation", sample=1000)
+    assert rows is not None and len(rows) == 1000 and rows[0]["id"] == "5727dd2e4b864d1900163eba"
+    assert rows[0]["answers"]["text"] == ["23 years", "23", "23"]
 
 
 def test_hellaswag_text_form_yields_to_a_saved_copy_and_serves_where_there_is_none(data_dir, request):

@@ -45,6 +45,7 @@ def test_all_specs():
         "piqa": 2, "winogrande": 2, "sciq": 3, "basic_skills": 12,    # OLMES MC/RC (SciQ: ::olmo3, ::olmo1)
         "naturalqs": 1, "lambada": 1, "medmcqa": 2, "yesno": 4,       # gold-answer BPB; MedMCQA, Qasper, SciRIFF
         "medqa": 2, "mt_mbpp": 17, "minerva_bpb": 8, "humaneval_bpb": 2, "mbpp_bpb": 1, "gsm8k_bpb": 1,
+        "lab_bench": 4, "copycolors": 2, "jeopardy": 1, "reading_bpb": 3,   # LAB-Bench MC/RC; CoQA, DROP, SQuAD BPB
         "gsm8k": 3, "bbh": 27, "bbh_olmes": 2 * 27, "humaneval": 2,   # generation (+ BBH's ::tulu)
         "lm_eval.arc": 1, "lm_eval.hellaswag": 1, "lm_eval.mmlu": 57,
         "lm_eval.truthfulqa": 2, "lm_eval.bigbench": 9,              # lm-eval formats
@@ -52,14 +53,15 @@ def test_all_specs():
     }
     # the nine OLMES-v0.1 tasks' other sizes (proctor.tasks.olmes_sizes): :full, ::large and ::xlarge
     # of each MC and RC spec, and :val where the spec reads test (ARC-Easy, ARC-Challenge, OpenBookQA)
-    # and OLMES's BPB-only aliases of ::olmes and ::olmes:full (`<task>:<fmt>:bpb::olmes`)
-    sizes = 9 * 2 * 3 + 3 * 2 + 9 * 2 * 2
-    assert len(specs) == sum(counts.values()) + sizes == 512
+    # and OLMES's BPB-only aliases of ::olmes and ::olmes:full (`<task>:<fmt>:bpb::olmes`), and of
+    # MMLU's subjects and the basic skills' sets ::olmes
+    sizes = 9 * 2 * 3 + 3 * 2 + 9 * 2 * 2 + (57 + 6) * 2
+    assert len(specs) == sum(counts.values()) + sizes == 648
 
 
 def test_every_suite_member_resolves():
     tasks, suites = set(all_specs()), {s.name: s for s in all_suites()}
-    assert len(suites) == 53
+    assert len(suites) == 61
     assert not tasks & set(suites)
     for s in suites.values():
         assert s.members and len(set(s.members)) == len(s.members), s.name
@@ -80,7 +82,7 @@ def test_proctor_tasks_lists_every_spec(capsys):
     rows = task_rows()
     names = [r.spec for r in rows]
     assert sorted(names) == sorted(all_specs() + [s.name for s in all_suites()])
-    assert [r.kind for r in rows] == ["suite"] * 53 + ["task"] * 512
+    assert [r.kind for r in rows] == ["suite"] * 61 + ["task"] * 648
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
     listed = {line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")}

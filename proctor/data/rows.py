@@ -173,6 +173,46 @@ def nq_shot(row: object, where: str) -> dict:
     return {"question": field(row, "question", str, where), "answer": answers}
 
 
+def copycolors(row: object, where: str) -> dict:
+    """Check a CopyColors row: a question, its colours (texts and labels) and the gold's index answerKey."""
+    texts = field(row, "choices.text", list[str], where)
+    labels = field(row, "choices.label", list[str], where)
+    gold = field(row, "answerKey", int, where)
+    if len(labels) != len(texts) or not 0 <= gold < len(texts):
+        raise UserError(f"{where} has {len(texts)} choice texts, {len(labels)} labels and answerKey {gold!r}; "
+                        "it needs as many labels as texts and an answerKey indexing them")
+    return {"question": field(row, "question", str, where), "choices": {"text": texts, "label": labels},
+            "answerKey": gold}
+
+
+def jeopardy(row: object, where: str) -> dict:
+    """Check a Jeopardy row: its context "<CATEGORY>: <clue>", the answer (`continuation`) and the category."""
+    out = {name: field(row, name, str, where) for name in ("context", "continuation", "category")}
+    if ":" not in out["context"]:
+        raise UserError(f"{where} has context {out['context']!r}; it must read '<CATEGORY>: <clue>'")
+    return out
+
+
+def drop(row: object, where: str) -> dict:
+    """Check a DROP row: a passage, a question, its answer and validated answers (number, date, spans)."""
+    out = {name: field(row, name, str, where) for name in ("passage", "question")}
+    answer = {"number": field(row, "answer.number", str, where), "spans": field(row, "answer.spans", list[str], where),
+              "date": {part: field(row, f"answer.date.{part}", str, where) for part in ("day", "month", "year")}}
+    validated = {key: field(row, f"validated_answers.{key}", list, where) for key in ("number", "date", "spans")}
+    if len({len(values) for values in validated.values()}) != 1:
+        raise UserError(f"{where} has validated answers of unequal lengths (number, date, spans)")
+    return {**out, "answer": answer, "validated_answers": validated}
+
+
+def squad(row: object, where: str) -> dict:
+    """Check a SQuAD row: a title, a background paragraph (context), a question and at least one answer."""
+    out = {name: field(row, name, str, where) for name in ("title", "context", "question")}
+    texts = field(row, "answers.text", list[str], where)
+    if not texts:
+        raise UserError(f"{where} has no answer text")
+    return {**out, "answers": {"text": texts}}
+
+
 def gsm8k(row: object, where: str) -> dict:
     """Check a GSM8K test/train row: its answer is the reasoning, then '#### <gold>'."""
     question, answer = field(row, "question", str, where), field(row, "answer", str, where)
@@ -206,4 +246,8 @@ FEWSHOT: dict[str, Check] = {
     "OLMES:medmcqa": medmcqa,
     "OLMES:medqa_en": medqa,
     "STD:GSM8k": gsm8k_shot,
+    "copycolors:10_answer_choices:validation": copycolors,
+    "OLMES:jeopardy": jeopardy,
+    "OLMES:drop": drop,
+    "OLMES:squad": squad,
 }

@@ -33,7 +33,7 @@ def resolve_data_dir(data_dir: Optional[PathLike]) -> Optional[Path]:
 
 
 def load_split(dataset: str, name: Optional[str], split: str,
-               data_dir: Optional[PathLike]) -> list[dict]:
+               data_dir: Optional[PathLike], sample: Optional[int] = None) -> list[dict]:
     """All rows of one split in dataset order, hub-shaped.
 
     From the data directory (a saved copy of the hub's rows, else its own files), else from
@@ -41,6 +41,10 @@ def load_split(dataset: str, name: Optional[str], split: str,
     directory has no reader for), else from the documents of its OLMES export of the whole
     split (`proctor.data.exported`), else from the hub. A directory's file in a form that lost
     some of the hub's fields (`local.LOSSY`) is read only where no saved copy is found.
+
+    `sample`: the caller samples that many rows with OLMES's seed. An export holding OLMES's
+    sample of that size from the split (not the whole split) then serves in its place: its
+    rows in sample order, which sampling that many leaves as they are.
     """
     root = resolve_data_dir(data_dir)
     loader = local.LOADERS.get(dataset)
@@ -56,7 +60,7 @@ def load_split(dataset: str, name: Optional[str], split: str,
         return saved.load_saved_split(folder)
     if root is not None and loader is not None:
         return loader(root, name, split)
-    rows = exported.exported_split(dataset, name, split)
+    rows = exported.exported_split(dataset, name, split, sample)
     if rows is not None:
         return rows
     if root is None:

