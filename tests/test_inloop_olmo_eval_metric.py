@@ -74,14 +74,14 @@ def feed(rows: list[dict], metric_type: str, seed: int) -> tuple[dict, dict]:
         logits = torch.randn(len(items), batch["input_ids"].shape[1], VOCAB, generator=gen) * 3
         mine.update(batch, logits)
         row_logits.extend(logits)
-    bpb = metric_type == "bpb"
+    bpb = metric_type in ("bpb", "ce_loss")   # the gold continuation alone
     for r, logits in zip(rows, row_logits):
         if not bpb or r["cont_id"] == r["label_id"]:
             theirs.update(reference_batch(r, bpb), logits.unsqueeze(0))
     return mine.compute(), {k: float(v) for k, v in theirs.compute().items()}
 
 
-@pytest.mark.parametrize("metric_type", ["acc", "len_norm", "bpb"])
+@pytest.mark.parametrize("metric_type", ["acc", "len_norm", "bpb", "ce_loss", "f1"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_every_key_ai2_olmo_eval_returns_is_returned_with_its_value(metric_type, seed):
     # some continuations begin with no space ("é", "z"): "no leading space" drops the first character all the same

