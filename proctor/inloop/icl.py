@@ -14,7 +14,9 @@ A row (`task[i]`) is a dict of python lists and ints:
   index), `label_id` (gold continuation), `num_choices`, `cont_str_len` (characters of the
   continuation, leading space included), `cont_byte_len` (its UTF-8 bytes) and
   `cont_byte_len_no_leading_space` (bytes without its first character, as ai2-olmo-eval counts
-  them: the leading space of OLMES's continuations).
+  them: the leading space of OLMES's continuations); under metric type "pmi_dc" also `is_domain`:
+  each row is followed by its continuation after the document's domain-conditional context
+  (`ChoiceDoc.domains`, no BOS), marked 1.
 
 `collate_fn` right-pads a list of rows into the batch contract of `proctor.inloop`
 (`input_ids`, `attention_mask`, `labels` and each field above as a [B] LongTensor).
@@ -37,7 +39,7 @@ from proctor.errors import UserError, check_positive_int
 from proctor.inloop.batching import collate_items, pad_token_id
 from proctor.requests import Loglikelihood, Policy
 
-METRIC_TYPES = ("acc", "len_norm", "bpb", "ce_loss", "f1")
+METRIC_TYPES = ("acc", "len_norm", "bpb", "ce_loss", "f1", "pmi_dc")
 #: metric types that score each document's gold continuation alone
 GOLD_ONLY = ("bpb", "ce_loss")
 # primary metric of a spine task -> the ICLMetric figure that equals it
@@ -55,6 +57,9 @@ class ChoiceDoc:
     #: each continuation's own context where they differ (partial evaluation, WinoGrande's RC);
     #: None: `prompt` for every continuation
     prompts: Optional[tuple[str, ...]] = None
+    #: each continuation's domain-conditional context (ai2-olmo-eval's `doc_to_domain_conditional`,
+    #: e.g. "Answer:"), which metric type "pmi_dc" divides by; None: the document has none
+    domains: Optional[tuple[str, ...]] = None
 
 
 def apart_windows(tokenizer: Any, pairs: Sequence[tuple[Any, str]], max_length: int) -> list[Window]:
@@ -69,8 +74,9 @@ def apart_windows(tokenizer: Any, pairs: Sequence[tuple[Any, str]], max_length: 
 def gold_only(doc: ChoiceDoc) -> ChoiceDoc:
     """Return the document with its gold continuation alone (what "bpb" scores), as ai2-olmo-eval keeps it."""
     prompts = None if doc.prompts is None else (doc.prompts[doc.label],)
+    domains = None if doc.domains is None else (doc.domains[doc.label],)
     return ChoiceDoc(doc.prompt if prompts is None else prompts[0], (doc.continuations[doc.label],), 0,
-                     doc.policy, prompts)
+                     doc.policy, prompts, domains)
 
 
 def no_leading_space(continuation: str) -> str:
@@ -80,6 +86,18 @@ def no_leading_space(continuation: str) -> str:
     choice continuations begin with a space, a code continuation (MT-MBPP's) with its first letter.
     """
     return continuation[1:]
+
+
+def _domain_windows(docs: Sequence[ChoiceDoc], tokenizer: Any, max_length: int, what: str) -> list[Window]:
+    """Each continuation after its document's domain-conditional context (encoded apart), in row order."""
+    pairs: list[tuple[str, str]] = []
+    for doc_id, doc in enumerate(docs):
+        if doc.domains is None or len(doc.domains) != len(doc.continuations):
+            raise UserError(f"{what}: metric type pmi_dc needs each document's domain-conditional prompt, which "
+                            f"document {doc_id} does not have (ai2-olmo-eval's own tasks have them: "
+                            "proctor.inloop.olmo_icl); use acc or len_norm")
+        pairs.extend(zip(doc.domains, doc.continuations))
+    return apart_windows(tokenizer, pairs, max_length)
 
 
 def check_metric_type(metric_type: str) -> str:
@@ -106,7 +124,8 @@ class ICLDataset(Dataset):
         self.model_ctx_len = model_ctx_len
         self.pad_token_id = pad_token_id(tokenizer)
         self.num_documents = len(docs)
-        requests, meta = [], []
+        requests: list[Loglikelihood] = []
+        meta: list[tuple[int, ...]] = []   # doc_id, cont_id, label, choices, chars, bytes, bytes_v1, is_domain
         for doc_id, doc in enumerate(docs):
             if not doc.continuations or not 0 <= doc.label < len(doc.continuations):
                 raise ValueError(f"{what}: document {doc_id} has label {doc.label} for "
@@ -118,7 +137,7 @@ class ICLDataset(Dataset):
                 prompt = doc.prompt if doc.prompts is None else doc.prompts[cont_id]
                 requests.append(Loglikelihood(prompt, cont, doc.policy))
                 meta.append((doc_id, cont_id, doc.label, len(doc.continuations), len(cont),
-                             len(cont.encode("utf-8")), len(no_leading_space(cont).encode("utf-8"))))
+                             len(cont.encode("utf-8")), len(no_leading_space(cont).encode("utf-8")), 0))
         try:
             if encode_apart:
                 windows = apart_windows(tokenizer, [(r.context, r.continuation) for r in requests], model_ctx_len)
@@ -130,6 +149,11 @@ class ICLDataset(Dataset):
             # ai2-olmo-eval's rows: BOS before the context, then the left truncation (which drops it)
             windows = [replace(w, inputs=(bos_token_id, *w.inputs), start=w.start + 1)
                        if len(w.inputs) < model_ctx_len else w for w in windows]
+        self.has_domains = self.metric_type == "pmi_dc"
+        if self.has_domains:   # each row's domain-conditional row after it: no BOS, as ai2-olmo-eval's
+            domain_windows = _domain_windows(docs, tokenizer, model_ctx_len, what)
+            windows = [w for pair in zip(windows, domain_windows) for w in pair]
+            meta = [m for row in meta for m in (row, row[:-1] + (1,))]
         self._inputs = [torch.tensor(w.inputs, dtype=torch.int32) for w in windows]
         self._targets = [torch.tensor(w.targets, dtype=torch.int32) for w in windows]
         self._starts = [w.start for w in windows]
@@ -145,14 +169,17 @@ class ICLDataset(Dataset):
         inputs, targets, start = self._inputs[index], self._targets[index], self._starts[index]
         labels = [-100] * len(inputs)
         labels[start : start + len(targets)] = targets.tolist()
-        doc_id, cont_id, label, num_choices, n_chars, n_bytes, n_bytes_nls = self._meta[index]
-        return {
+        doc_id, cont_id, label, num_choices, n_chars, n_bytes, n_bytes_nls, is_domain = self._meta[index]
+        row = {
             "input_ids": inputs.tolist(), "labels": labels,
             "item_id": index, "num_items": len(self._meta), "doc_id": doc_id,
             "cont_id": cont_id, "label_id": label, "num_choices": num_choices,
             "cont_str_len": n_chars, "cont_byte_len": n_bytes,
             "cont_byte_len_no_leading_space": n_bytes_nls,
         }
+        if self.has_domains:   # "pmi_dc": 1 on a domain-conditional row
+            row["is_domain"] = is_domain
+        return row
 
     def collate_fn(self, items: Sequence[dict]) -> dict[str, torch.Tensor]:
         """Right-pad rows into a batch with this task's pad id (`collate_items`)."""

@@ -12,6 +12,9 @@ ValueError instead of giving a wrong number), then per document:
 - "bpb_v2": -ll / ln 2 / `cont_byte_len` of the gold continuation (leading space counted);
 - "bpb_v1": the same over `cont_byte_len_no_leading_space`;
 - "ce_loss": -ll / `cont_str_len` of the gold continuation;
+- "pmi_dc": as "acc" over ll / the continuation's loglikelihood after the document's
+  domain-conditional context (the task's `is_domain` rows), as ai2-olmo-eval divides them; the
+  gold's negative ratio stands for its CE loss and BPB, as there;
 
 each averaged over documents. Ties go to the lowest index (`proctor.metrics.choice.argmax`).
 metric_type "bpb" or "ce_loss" (one scored continuation per document) reports bpb_v1, bpb_v2,
@@ -42,7 +45,7 @@ from proctor.inloop.icl import GOLD_ONLY, METRIC_TYPES
 from proctor.metrics.choice import argmax
 
 _FIELDS = ("doc_id", "cont_id", "label_id", "num_choices", "cont_str_len", "cont_byte_len",
-           "cont_byte_len_no_leading_space")
+           "cont_byte_len_no_leading_space", "is_domain")   # is_domain: only "pmi_dc" rows have it (0 else)
 
 
 @dataclass(frozen=True)
@@ -113,8 +116,8 @@ class ICLMetric(SumMetric):
         ids = batch["item_id"].reshape(-1).to(device=device, dtype=torch.long)
         ll = label_logprob_sums(logits, batch["labels"]).to(device)
         self.loglikelihoods.index_add_(0, ids, ll)
-        self.fields[ids] = torch.stack([batch[k].reshape(-1).to(device=device, dtype=torch.long)
-                                        for k in _FIELDS], dim=1)
+        self.fields[ids] = torch.stack([batch[k].reshape(-1).to(device=device, dtype=torch.long) if k in batch
+                                        else torch.zeros_like(ids) for k in _FIELDS], dim=1)
         self.coverage.add(ids, n)
 
     def _summed(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,11 +136,18 @@ class ICLMetric(SumMetric):
         ll, fields = self._summed()
         ll_list, rows = ll.cpu().tolist(), fields.cpu().tolist()
         by_doc: dict[int, list[tuple[list[int], float]]] = {}
+        domain: dict[tuple[int, int], float] = {}
         for f, value in zip(rows, ll_list):
-            by_doc.setdefault(f[0], []).append((f, value))
+            if f[7]:
+                domain[f[0], f[1]] = value
+            else:
+                by_doc.setdefault(f[0], []).append((f, value))
+        if (self.metric_type == "pmi_dc") != bool(domain):
+            raise ValueError("metric type pmi_dc needs the domain-conditional rows of a task built with "
+                             "metric_type='pmi_dc', and only they have them; use one ICLMetric per task")
         out = []
         for doc_id in sorted(by_doc):
-            out.append(_score_doc(doc_id, by_doc[doc_id]))
+            out.append(_score_doc(doc_id, by_doc[doc_id], domain))
         return out
 
     def compute(self) -> dict[str, float]:
@@ -160,7 +170,7 @@ class ICLMetric(SumMetric):
             f1 = f1_score([d.label for d in docs], [d.predicted for d in docs], positive=0)
             result.update({"f1_v1": f1, "f1_v2": f1})
             return result
-        chosen = acc if self.metric_type == "acc" else len_norm
+        chosen = len_norm if self.metric_type == "len_norm" else acc
         result.update({f"{self.metric_type}_v1": chosen, f"{self.metric_type}_v2": chosen})
         for version, v1 in (("v1", True), ("v2", False)):
             logs = [torch.log_softmax(torch.tensor(d.scores(self.metric_type, v1), dtype=torch.float64), 0)[d.label]
@@ -177,7 +187,7 @@ def f1_score(labels: list[int], predicted: list[int], positive: int) -> float:
     return float(sklearn_f1(labels, predicted, labels=[positive], average="macro", zero_division=0))
 
 
-def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
+def _score_doc(doc_id: int, rows: list[tuple[list[int], float]], domain: Mapping[tuple[int, int], float]) -> DocResult:
     rows = sorted(rows, key=lambda r: r[0][1])
     fields = [f for f, _ in rows]
     num_choices, label = fields[0][3], fields[0][2]
@@ -192,6 +202,8 @@ def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
     chars = [max(f[4], 1) for f in fields]
     # characters without the first (the leading space), as ai2-olmo-eval counts them
     chars_v1 = [max(f[4] - 1, 1) for f in fields]
+    if domain:
+        return _pmi_doc(doc_id, label, [ll / domain[doc_id, i] for i, ll in enumerate(lls)], chars, chars_v1)
     gold_ll, gold = lls[label], fields[label]
     return DocResult(
         doc_id=doc_id,
@@ -206,3 +218,15 @@ def _score_doc(doc_id: int, rows: list[tuple[list[int], float]]) -> DocResult:
         chars=tuple(chars),
         chars_v1=tuple(chars_v1),
     )
+
+
+def _pmi_doc(doc_id: int, label: int, ratios: list[float], chars: list[int], chars_v1: list[int]) -> DocResult:
+    """Score a "pmi_dc" document by each continuation's loglikelihood over its domain-conditional one.
+
+    That ratio is what ai2-olmo-eval ranks by, and its negative stands for the gold answer's CE loss
+    and BPB there (the length normalizations cancel out).
+    """
+    loss = -ratios[label]
+    return DocResult(doc_id=doc_id, label=label, loglikelihoods=tuple(ratios), predicted=argmax(ratios),
+                     predicted_len_norm=argmax(ratios), bpb_v1=loss, bpb_v2=loss, ce_loss=loss, ce_loss_v1=loss,
+                     chars=tuple(chars), chars_v1=tuple(chars_v1))

