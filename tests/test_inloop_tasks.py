@@ -14,7 +14,7 @@ from proctor.inloop import (
     build_task, collate_fn, task_names,
 )
 from proctor.inloop.olmo_icl import NAMES as OLMO_ICL_NAMES
-from proctor.inloop.olmo_labels import LABELS
+from proctor.inloop.olmo_labels import FAST, LABELS
 from seed_loop import seed_loop
 from tinylm import build_tiny_model
 
@@ -34,8 +34,8 @@ def test_task_names_are_the_seeds():
     expected = {"c4_en", "paloma_bpb", *(f"paloma_{s}_bpb" for s in PALOMA_SOURCES),
                 *(f"babilong_{n}_bpb_0shot" for n in LENGTHS), *(f"phonebook_{n}_bpb_2shot" for n in LENGTHS),
                 *LABELS,   # ai2-olmo-eval's labels of OLMES's exports, and its own (tests/test_inloop_olmo_eval_labels.py)
-                *OLMO_ICL_NAMES}
-    assert set(names) == expected and len(names) == 2 + 16 + 26 + 144 + 86
+                *OLMO_ICL_NAMES, *FAST}
+    assert set(names) == expected and len(names) == 2 + 16 + 26 + 144 + 86 + 21
     assert "paloma_c4_en_bpb" in names and "paloma_ptb_bpb" in names
 
 

