@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextvars import ContextVar
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,6 +35,11 @@ from proctor.outputs.records import EngineRecord, ModelRecord, RunConfig, RunRec
 from proctor.outputs.run_dir import write_run_directory
 from proctor.pipeline import Plan, ScoredPlan, plan, primary_scores, prompt_layout, score
 from proctor.runtime import ModelArg, Runtime, check_runtime, open_runtime
+
+#: When the command that calls `evaluate` started, in epoch seconds (`proctor run` sets its
+#: process's start): then `Timing.start_to_first_model_call_seconds` counts the command's
+#: whole start-up, its imports included. A library call leaves it unset and the field None.
+COMMAND_STARTED: ContextVar[Optional[float]] = ContextVar("proctor_command_started", default=None)
 
 
 def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
@@ -59,6 +65,8 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
     source = ModelArg.of(options.model, options.backend)
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
+    launched = COMMAND_STARTED.get()
+    before_t0 = None if launched is None else max(time.time() - launched, 0.0)
     is_main = DistributedContext.from_env().is_main
     where = options.absolute()  # a task module is code: paths are fixed before one is imported
     out = None if where.output is None else Path(where.output)
@@ -90,7 +98,9 @@ def evaluate(model: Any = DEFAULT_MODEL, **keywords: Any) -> RunRecord:
         total_seconds=time.perf_counter() - t0, data_seconds=data_seconds,
         model_load_seconds=runtime.load_seconds, evaluation_seconds=eval_seconds,
         time_to_first_batch_seconds=None if stats.first_batch_seconds is None
-        else t_eval - t0 + stats.first_batch_seconds)
+        else t_eval - t0 + stats.first_batch_seconds,
+        start_to_first_model_call_seconds=None if before_t0 is None or runtime.engine.first_model_call is None
+        else before_t0 + runtime.engine.first_model_call - t0)
     record = _run_record(runtime, evaluation, scored, data, timing, _engine_record(stats, eval_seconds))
     if out is not None and runtime.ranks.is_main:
         write_run_directory(out, record, overwrite=options.overwrite, option="output",

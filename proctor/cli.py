@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Optional, Sequence
@@ -113,9 +114,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def process_age() -> float:
+    """Seconds since this process started, to the kernel's clock tick (its imports included)."""
+    try:  # Linux: both counted from boot (psutil's create_time adds the boot time, known to the second)
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        return float(Path("/proc/uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        import psutil
+
+        return time.time() - psutil.Process().create_time()
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Evaluate a model on the task specs and write the run directory; the main process prints the scores."""
-    from proctor.api import evaluate
+    from proctor.api import COMMAND_STARTED, evaluate
     from proctor.backends.redact import redact_url
     from proctor.engine.distributed import DistributedContext
     from proctor.outputs.owned import check_output_dir
@@ -131,7 +143,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if is_main:  # checked here too so that a refusal names the CLI's options
         check_output_dir(output, overwrite=args.overwrite)
         _include(args)  # to say which format each path was read as (evaluate includes them again: no-op)
-    result = evaluate(**{**keywords, "output": output, "command": ["proctor", *map(redact_url, sys.argv[1:])]})
+    started = COMMAND_STARTED.set(time.time() - process_age())
+    try:
+        result = evaluate(**{**keywords, "output": output, "command": ["proctor", *map(redact_url, sys.argv[1:])]})
+    finally:
+        COMMAND_STARTED.reset(started)
     if is_main:
         _print_lm_eval_names(keywords["tasks"], list(result.primary_scores))
         for warning in result.warnings:

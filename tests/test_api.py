@@ -179,6 +179,8 @@ def test_the_embedded_smollm2_loaded_by_the_caller_matches_proctor_run(data_dir,
     cli = proctor.read_run(tmp_path / "cli")
     assert [r.to_dict() for r in result.tasks[MC].records] == [r.to_dict() for r in cli.tasks[MC].records]
     assert result.scores == cli.scores
+    # the command counts its start-up from the process's start; a library call has no such start
+    assert cli.timing.start_to_first_model_call_seconds > 0 and result.timing.start_to_first_model_call_seconds is None
 
 
 @pytest.mark.parametrize("args, message", [

@@ -48,6 +48,7 @@ def test_run_directory_has_every_record(real_run):
     assert metrics["model_config"]["dtype"] == "float32"
     timing, engine = metrics["timing"], metrics["engine"]
     assert 0 < timing["time_to_first_batch_seconds"] <= timing["total_seconds"]
+    assert timing["start_to_first_model_call_seconds"] > timing["data_seconds"]  # the CLI counts its start-up
     keys = {
         json.loads(line)["request_key"]
         for task in ("mmlu_astronomy-mc-olmes", "arc_easy-rc-olmes")

@@ -102,6 +102,7 @@ class Engine:
         self.stats = EngineStats()
         self._last_prefix: tuple[int, ...] = ()
         self._started: Optional[float] = None
+        self.first_model_call: Optional[float] = None  # perf_counter() when a batch first went to the backend
         self._cost = {"scored": 0.0, "generated": 0.0}
 
     @property
@@ -188,8 +189,14 @@ class Engine:
         totals = self.distributed.sum({name: getattr(self.stats, name) for name in WORK_COUNTERS})
         return replace(self.stats, **totals)
 
+    def calling_model(self) -> None:
+        """Note that a batch goes to the backend now (the first time: the end of start-up)."""
+        if self.first_model_call is None:
+            self.first_model_call = time.perf_counter()
+
     def score_batch(self, batch: Batch) -> dict[str, LoglikelihoodResult]:
         """One batch's results by key (counted in `stats`)."""
+        self.calling_model()
         scored = score_rows(self, batch)
         if len(scored) != len(batch.rows):
             raise RuntimeError(f"backend returned {len(scored)} rows for {len(batch.rows)}")

@@ -171,6 +171,7 @@ class Generating:
             self._store(rows[i], samples, done)
             finished.add(rows[i].key)
 
+        self.engine.calling_model()
         self.engine.backend.generate([r.row for r in rows], on_done=row_done, slots=slots)
 
     def _store(self, planned: PlannedGen, samples: tuple[Generation, ...], done: Done) -> None:

@@ -115,6 +115,7 @@ class HiddenReading:
         """Compute each batch's states, storing and handing them on as it is done."""
         stats = self.engine.stats
         for (layers, dtype), batch in units:
+            self.engine.calling_model()
             states = self._run([r.row.tokens for r in batch.rows], layers, dtype)
             fresh = {r.keys[0]: HiddenStatesResult(s) for r, s in zip(batch.rows, states) if r.keys[0] in self.pending}
             self.store(fresh)

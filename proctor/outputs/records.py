@@ -582,6 +582,9 @@ class Timing:
     evaluation_seconds: float
     #: from the start to the first scored batch stored (None: everything came from the cache)
     time_to_first_batch_seconds: Optional[float]
+    #: `proctor run` only: from the process's start to the first batch handed to the model:
+    #: imports, data, model load and planning (None: a library call, or nothing ran on the model)
+    start_to_first_model_call_seconds: Optional[float] = None
 
 
 @dataclass(frozen=True)
