@@ -17,6 +17,8 @@ from typing import Any, Callable, Optional, Sequence, TypeVar, Union
 import numpy as np
 import torch
 
+from proctor.backends.cpu_memory import keep_freed_memory
+from proctor.backends.fused_mlp import fuse_gated_mlps
 from proctor.backends.models import load_model
 from proctor.backends.packed_attention import NAME as PACKED, PackedLayout, packed
 from proctor.backends.padding import left_padded, right_padded
@@ -391,5 +393,8 @@ def load_backend(
     source = as_source(model)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
+    if dev.type == "cpu":
+        keep_freed_memory()
     loaded = load_model(source, dtype=torch_dtype, device=dev)
+    fuse_gated_mlps(loaded.model)  # proctor's own copy: no caller holds its parameters
     return HFBackend(loaded.model, loaded.tokenizer, identity=loaded.identity, max_length=max_length)

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import os
+import re
 import stat
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, Optional, Union
 
+from proctor.cache_dir import cache_root
 from proctor.digests import directory_identity, file_sha256, tokenizer_digest
 from proctor.errors import UserError
 
@@ -43,7 +46,7 @@ class ModelSource:
     def digest(self) -> str:
         """The weights' and tokenizer's: a GGUF file's sha256, a directory's (or hub snapshot's) identity."""
         if self.kind == "gguf":
-            return file_sha256(Path(self.location))
+            return remembered_sha256(Path(self.location))
         if self.kind == "hub" and self.files is None:
             raise ValueError(f"{self.location} was named, not resolved: its files are not here")
         return directory_identity(Path(self.files or self.location))
@@ -61,6 +64,38 @@ class ModelSource:
         if self.kind == "hub":
             return f"hub:{self.location}"
         return f"dir:{tokenizer_digest(Path(self.location))}"
+
+
+def remembered_sha256(path: Path) -> str:
+    """Return the file's sha256, hashed once per version of the file (remembered in the cache dir).
+
+    A GGUF file is hashed for its identity on every run (0.1 s per 100 MB); the memo
+    (`file-sha256.json`) keeps each path's hash under its device, inode, size and
+    modification time, so a file replaced or rewritten is hashed again. An unreadable
+    memo is rebuilt.
+    """
+    path = path.resolve()
+    info = path.stat()
+    version = f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+    memo_path = cache_root() / "file-sha256.json"
+    try:
+        memo = json.loads(memo_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        memo = {}
+    memo = memo if isinstance(memo, dict) else {}
+    known = memo.get(str(path))
+    if (isinstance(known, dict) and known.get("version") == version
+            and isinstance(known.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", known["sha256"])):
+        return str(known["sha256"])
+    sha = file_sha256(path)
+    memo[str(path)] = {"version": version, "sha256": sha}
+    try:
+        from proctor.outputs.atomic import atomic_write_text
+
+        atomic_write_text(memo_path, json.dumps(memo, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass  # a read-only cache: hash again next time
+    return sha
 
 
 def resolve_source(model: str) -> ModelSource:
