@@ -5,9 +5,9 @@ glibc's malloc serves each allocation above its mmap threshold (128 KiB at first
 pass allocates dozens of such tensors per layer (activations of a thousand tokens are
 megabytes), and glibc trims what is freed at the top of its heap: either way the next
 tensor is page-faulted in again and zeroed by the kernel. Three 1,000-token forwards of
-SmolLM2-135M took 18,000 to 160,000 page faults here and 10-20% more time than with
+SmolLM2-135M took 18,000 to 400,000 page faults here and 10-25% more time than with
 fixed thresholds, which make malloc keep freed memory in its heap and reuse it (under
-1,000 faults; docs/benchmarks.md, "Whole runs").
+2,000 faults; docs/benchmarks.md, "Whole runs").
 
 Process-wide, so it is set when a CPU model is loaded, and only with glibc.
 """
