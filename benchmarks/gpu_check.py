@@ -505,8 +505,10 @@ def cmd_assemble(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- check (device): run and compare
 
 def text_tokens(tokenizer: Any, texts: list[str]) -> int:
-    flat = [t for t in texts if t]
-    return sum(len(ids) for ids in tokenizer(flat, add_special_tokens=False)["input_ids"]) if flat else 0
+    """Tokens of the texts re-tokenized, as bench_generate counts every tool's (its directory travels too)."""
+    import bench_generate
+
+    return bench_generate.text_tokens(tokenizer, [[t] for t in texts])
 
 
 class Clock:

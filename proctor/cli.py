@@ -116,13 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def process_age() -> float:
     """Seconds since this process started, to the kernel's clock tick (its imports included)."""
-    try:  # Linux: both counted from boot (psutil's create_time adds the boot time, known to the second)
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        return float(Path("/proc/uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        import psutil
+    from proctor.liveness import start_time
 
-        return time.time() - psutil.Process().create_time()
+    ticks = start_time(os.getpid())
+    try:  # Linux: both counted from boot (psutil's create_time adds the boot time, known to the second)
+        if ticks is not None:
+            return float(Path("/proc/uptime").read_text().split()[0]) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        pass
+    import psutil
+
+    return time.time() - psutil.Process().create_time()
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -77,7 +77,9 @@ def test_an_mlp_that_only_looks_gated_keeps_its_forward():
 
     mlp.forward = swapped
     plain = copy.deepcopy(model)
+    weights = (mlp.gate_proj.weight, mlp.up_proj.weight)
     assert fuse_gated_mlps(model) == 2
+    assert mlp.gate_proj.weight is weights[0] and mlp.up_proj.weight is weights[1]  # its own, not views
     ids = torch.randint(0, 101, (1, 5), generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
         assert torch.equal(plain(input_ids=ids).logits, model(input_ids=ids).logits)

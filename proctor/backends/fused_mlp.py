@@ -31,8 +31,8 @@ def fuse_gated_mlps(model: torch.nn.Module) -> int:
 
     A plain gated MLP has bias-free `gate_proj`, `up_proj` and `down_proj` linears of one
     input width and an `act_fn`, and its forward is `down(act(gate(x)) * up(x))`: each is
-    checked on a probe input before its forward is replaced. Anything else is left as it is
-    (its weights, stacked, are the same values).
+    checked on a probe input before its forward and weights are replaced. Anything else is
+    left as it is.
     """
     fused = 0
     for module in model.modules():
@@ -56,8 +56,6 @@ def _fuse(mlp: Any) -> bool:
     width = gate.weight.shape[0]
     with torch.no_grad():
         stacked = torch.cat([gate.weight, up.weight])
-    gate.weight = torch.nn.Parameter(stacked[:width], requires_grad=gate.weight.requires_grad)
-    up.weight = torch.nn.Parameter(stacked[width:], requires_grad=up.weight.requires_grad)
     unfused = mlp.forward
 
     def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
@@ -73,6 +71,9 @@ def _fuse(mlp: Any) -> bool:
         mine, theirs = forward(mlp, probe), unfused(probe)
     if mine.shape != theirs.shape or not torch.allclose(mine.float(), theirs.float(), rtol=1e-2, atol=1e-4):
         return False
+    # the projections' weights become views of the stacked tensor: stored once
+    gate.weight = torch.nn.Parameter(stacked[:width], requires_grad=gate.weight.requires_grad)
+    up.weight = torch.nn.Parameter(stacked[width:], requires_grad=up.weight.requires_grad)
     setattr(mlp, _FUSED, stacked)
     mlp.forward = types.MethodType(forward, mlp)
     return True
