@@ -1,24 +1,26 @@
 """Key/value slots for continuous batching, and the attention of prefill and decode steps.
 
-A sample's past is three segments, each stored once however many rows read it:
+A sample's past is two segments:
 
-- the shared prefix of its group of prompts (a few-shot block), per layer [1, kv, P, d];
-- its prompt's own suffix, in a prompt slot of `SlotCache.prompt` [prompts, kv, L, d],
-  read by every sample of that prompt;
-- its own generated tokens, in a sample slot of `SlotCache.sample` [slots, kv, G, d].
+- the shared prefix of its group of prompts (a few-shot block), per layer [1, kv, P, d],
+  stored once however many samples read it;
+- its own tokens, in a sample slot of `SlotCache.sample` [slots, kv, L, d]: its prompt's
+  suffix (copied from the prompt slot `Prefill` wrote when the sample starts) followed by
+  the tokens it generates.
 
 A decode step runs one token per sample slot through the model (`DecodeStep.attend`):
-each layer writes the new keys and values into the sample slots, attends to the three
-segments separately and merges them by their log-sum-exps, as packed scoring does
-(`packed_attention.merge_parts`). The prefix is read with every query of its group folded
-into one query axis and the suffixes with the queries of each prompt's samples laid out
-side by side, so neither is copied per sample.
+each layer writes the new keys and values into the sample slots, attends to every slot's
+own tokens in one kernel call (one additive mask per step, shared by all layers), then to
+the shared prefix with every query of the group folded into one query axis (read once,
+not copied per sample), and merges the two by their log-sum-exps, as packed scoring does
+(`packed_attention.merge_parts`). Few operations per layer matter more here than the
+suffix's copy per sample: a step of a 30-layer model runs thousands of small ones.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
@@ -27,16 +29,24 @@ from proctor.backends.packed_attention import PackedLayout, attend_packed, atten
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
-def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: torch.Tensor,
+def length_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [B, 1, 1, width]: 0 on the first lengths[b] keys of row b, the dtype's minimum after."""
+    past = torch.arange(width, device=lengths.device)[None, :] >= lengths[:, None]
+    # finite, so a row with no keys gives garbage rather than NaN
+    return torch.zeros(past.shape, dtype=dtype, device=lengths.device).masked_fill_(
+        past, torch.finfo(dtype).min)[:, None, None, :]
+
+
+def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attend queries [B, kv, Q, d] to the first lengths[b] keys of each batch row b of k, v [B, kv, L, d].
+    """Attend queries [B, kv, Q, d] to keys/values [B, kv, L, d] under an additive mask [B, 1, 1, L].
 
     Returns (output [B, kv, Q, d], log-sum-exp [B, kv, Q]).
     """
-    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale
-    past = torch.arange(k.shape[-2], device=k.device)[None, :] >= lengths[:, None]
-    # finite, so a row with no keys (an unused slot) gives garbage rather than NaN
-    scores = scores.masked_fill(past[:, None, None, :], torch.finfo(torch.float32).min)
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, attn_mask=mask,
+                                                                         scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)).float() * scale + mask
     lse = torch.logsumexp(scores, dim=-1)
     return torch.matmul(torch.exp(scores - lse[..., None]).to(v.dtype), v), lse
 
@@ -44,9 +54,10 @@ def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lengths: to
 class SlotCache:
     """Per-layer key/value slots: prompt suffixes (more slots added on demand) and samples' own tokens."""
 
-    def __init__(self, prompt_length: int, sample_length: int):
+    def __init__(self, slots: int, prompt_length: int, sample_length: int):
+        self.slots = slots                   # sample slots
         self.prompt_length = prompt_length   # the longest suffix a prompt slot holds
-        self.sample_length = sample_length   # the most tokens a sample slot holds
+        self.sample_length = sample_length   # the most tokens a sample slot holds: suffix and generated
         self.prompt: list[KV] = []
         self.sample: list[KV] = []
 
@@ -66,16 +77,22 @@ class SlotCache:
         keys[slot, :, :n] = key
         values[slot, :, :n] = value
 
+    def start_sample(self, slot: int, prompt_slot: int, length: int) -> None:
+        """Copy the first `length` keys/values of prompt slot `prompt_slot` to the start of sample slot `slot`."""
+        if not self.sample:
+            # full length at once: memory is slots x sample_length whatever the samples do
+            for keys, values in self.prompt:
+                shape = (self.slots, keys.shape[1], self.sample_length, keys.shape[3])
+                self.sample.append((keys.new_zeros(shape), values.new_zeros(shape)))
+        for (keys, values), (own_keys, own_values) in zip(self.prompt, self.sample):
+            own_keys[slot, :, :length] = keys[prompt_slot, :, :length]
+            own_values[slot, :, :length] = values[prompt_slot, :, :length]
+
     def write_sample(self, layer: int, at: torch.Tensor, key: torch.Tensor, value: torch.Tensor, width: int) -> KV:
         """Store each slot's new key/value [slots, kv, d] at its position `at`.
 
         Returns views of the first `width` positions of every slot.
         """
-        if layer == len(self.sample):
-            # full length at once: memory is slots x sample_length whatever the samples do
-            s, kv, d = key.shape
-            shape = (s, kv, self.sample_length, d)
-            self.sample.append((key.new_zeros(shape), value.new_zeros(shape)))
         keys, values = self.sample[layer]
         rows = torch.arange(key.shape[0], device=key.device)
         keys[rows, :, at] = key
@@ -85,6 +102,7 @@ class SlotCache:
     def keep_samples(self, index: torch.Tensor) -> None:
         """Keep only the sample slots `index`, renumbered 0, 1, ... (the batch shrinks)."""
         self.sample = [(k[index], v[index]) for k, v in self.sample]
+        self.slots = len(index)
 
 
 @dataclass(frozen=True)
@@ -105,10 +123,10 @@ class Prefill:
 
 @dataclass(frozen=True)
 class PrefixGroup:
-    """The live sample slots (indices into `DecodeStep.live`) of one shared prefix."""
+    """The sample slots reading one shared prefix (None: all of them)."""
 
     prefix: Sequence[KV]      # per layer
-    rows: torch.Tensor
+    rows: Optional[torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -117,48 +135,28 @@ class DecodeStep:
 
     cache: SlotCache
     write_at: torch.Tensor     # [slots]: where each slot's new token goes (its tokens so far)
-    width: int                 # max(write_at) + 1
-    live: torch.Tensor         # the slots holding a sample
-    prompt_slot: torch.Tensor  # per live slot: its prompt's slot
-    column: torch.Tensor       # per live slot: its place among its prompt's live samples
-    columns: int               # the most live samples of one prompt
-    prompt_lengths: torch.Tensor  # per prompt slot in use (0 .. max slot): its suffix length
-    prompt_width: int          # the longest of them
+    mask: torch.Tensor         # [slots, 1, 1, max(write_at) + 1]: each slot's own keys, the new one included
     groups: tuple[PrefixGroup, ...] = ()
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
                scale: float) -> torch.Tensor:
-        """Write each slot's new key/value, then attend to own tokens, prompt suffix and shared prefix, merged."""
+        """Write each slot's new key/value, then attend to its own tokens and its shared prefix, merged."""
         s, h, _, d = query.shape
         kv = key.shape[1]
         g = h // kv
         q = query.reshape(s, kv, g, d)
-        keys, values = self.cache.write_sample(layer, self.write_at, key[:, :, 0], value[:, :, 0], self.width)
-        own = masked_attend(q, keys, values, self.write_at + 1, scale)  # the new token included
-        out, lse = own[0][self.live], own[1][self.live]
-        out, lse = merge_parts((out, lse), self._prompt_part(q[self.live], layer, scale))
+        keys, values = self.cache.write_sample(layer, self.write_at, key[:, :, 0], value[:, :, 0],
+                                               self.mask.shape[-1])
+        out, lse = masked_attend(q, keys, values, self.mask, scale)
         for group in self.groups:
-            n = len(group.rows)
-            folded = q[self.live[group.rows]].transpose(0, 1).reshape(1, kv, n * g, d)
+            rows = q if group.rows is None else q[group.rows]
+            n = rows.shape[0]
+            folded = rows.transpose(0, 1).reshape(1, kv, n * g, d)
             prefix_key, prefix_value = group.prefix[layer]
             out_p, lse_p = attend_with_lse(folded, prefix_key, prefix_value, False, scale)
             part = (out_p.reshape(kv, n, g, d).transpose(0, 1), lse_p.reshape(kv, n, g).transpose(0, 1))
-            out[group.rows], lse[group.rows] = merge_parts((out[group.rows], lse[group.rows]), part)
-        result = own[0].clone()
-        result[self.live] = out
-        return result.reshape(s, 1, h, d)
-
-    def _prompt_part(self, q: torch.Tensor, layer: int, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Live queries [n, kv, g, d] against their prompts' suffixes, the samples of a prompt side by side."""
-        n, kv, g, d = q.shape
-        prompts, width = len(self.prompt_lengths), self.prompt_width
-        grid = q.new_zeros((prompts, self.columns, kv, g, d))
-        grid[self.prompt_slot, self.column] = q
-        grid = grid.permute(0, 2, 1, 3, 4).reshape(prompts, kv, self.columns * g, d)
-        keys, values = self.cache.prompt[layer]
-        out, lse = masked_attend(grid, keys[:prompts, :, :width], values[:prompts, :, :width],
-                                 self.prompt_lengths, scale)
-        out = out.reshape(prompts, kv, self.columns, g, d).permute(0, 2, 1, 3, 4)
-        lse = lse.reshape(prompts, kv, self.columns, g).permute(0, 2, 1, 3)
-        return out[self.prompt_slot, self.column], lse[self.prompt_slot, self.column]
-
+            if group.rows is None:
+                out, lse = merge_parts((out, lse), part)
+            else:
+                out[group.rows], lse[group.rows] = merge_parts((out[group.rows], lse[group.rows]), part)
+        return out.reshape(s, 1, h, d)

@@ -21,7 +21,8 @@ import types
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+
+from proctor.backends.decode_linear import linear, packable
 
 _FUSED = "_proctor_gate_up"
 
@@ -61,7 +62,7 @@ def _fuse(mlp: Any) -> bool:
     def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
             return unfused(x)
-        g, u = F.linear(x, stacked).split(width, dim=-1)
+        g, u = linear(x, stacked).split(width, dim=-1)
         return self.down_proj(self.act_fn(g).mul_(u))
 
     # a class that only looks like a gated MLP (another order, a scale, a dropout) keeps its own forward
@@ -75,5 +76,6 @@ def _fuse(mlp: Any) -> bool:
     gate.weight = torch.nn.Parameter(stacked[:width], requires_grad=gate.weight.requires_grad)
     up.weight = torch.nn.Parameter(stacked[width:], requires_grad=up.weight.requires_grad)
     setattr(mlp, _FUSED, stacked)
+    packable(mlp, stacked)
     mlp.forward = types.MethodType(forward, mlp)
     return True

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from proctor.backends.cpu_memory import keep_freed_memory
+from proctor.backends.decode_linear import packed_linears
 from proctor.backends.fused_mlp import fuse_gated_mlps
 from proctor.backends.models import load_model
 from proctor.backends.packed_attention import NAME as PACKED, PackedLayout, packed
@@ -316,12 +317,13 @@ class HFBackend:
 
         slots = slots or sum(len(r.seeds) for r in rows)
         eos = model_eos_token_ids(self.model, self.tokenizer)
-        if self.shares_prefixes:
-            decoder = self.model.get_decoder()
-            return self._fitting(lambda: generate_rows(decoder, self._head_at, self.tokenizer, eos, rows, slots,
-                                                       on_done), lambda: f"{slots} generation slots")
-        return self._fitting(lambda: generate_static(self.model, self.tokenizer, eos, rows, slots, on_done),
-                             lambda: f"{slots} generation slots")
+        with packed_linears(self.model):
+            if self.shares_prefixes:
+                decoder = self.model.get_decoder()
+                return self._fitting(lambda: generate_rows(decoder, self._head_at, self.tokenizer, eos, rows, slots,
+                                                           on_done), lambda: f"{slots} generation slots")
+            return self._fitting(lambda: generate_static(self.model, self.tokenizer, eos, rows, slots, on_done),
+                                 lambda: f"{slots} generation slots")
 
     def _fitting(self, work: Callable[[], T], what: Callable[[], str]) -> T:
         """Return `work()`, with running out of memory raised as BatchTooLarge(what()).

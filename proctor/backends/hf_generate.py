@@ -10,8 +10,8 @@ Nothing is prefilled or stored twice (see `decode_attention.py`):
 - prompts are grouped by the longest token prefix they share (GSM8K's 8-shot block);
   a group's prefix is prefilled once, and stays while any of its prompts is waiting;
 - a prompt's own suffix is prefilled (packed with others, attending to the prefix) when
-  its first sample starts, into a prompt slot its samples all read, until the last one ends;
-- a sample stores only its own tokens.
+  its first sample starts, into a prompt slot that each of its samples copies when it
+  starts (a sample's slot holds the suffix and its own tokens), until the last one starts.
 
 Not `model.generate`: that draws every row from one random stream, so a sample would
 depend on its batch-mates. Here each sample has its own generator (`decoding.py`) and
@@ -28,8 +28,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache
+from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache, length_mask
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_tokens
+from proctor.backends.llama_decode import LlamaDecode, for_decoder
 from proctor.backends.packed_attention import PackedLayout, packed
 from proctor.backends.prefix_kv import run_prefix
 from proctor.engine.gen_plan import GenRow
@@ -74,17 +75,8 @@ class _Prompt:
     waiting: int                      # samples not finished (queued or live)
     queued: int                       # samples not started
     watch: StopWatch
-    slot: Optional[int] = None        # prompt slot, once prefilled
+    slot: Optional[int] = None        # prompt slot, from its prefill until its last sample starts
     logits: Optional[torch.Tensor] = None  # at its last token, until its last sample starts
-    columns: list[bool] = field(default_factory=list)  # which places among its live samples are taken
-
-    def take_column(self) -> int:
-        for c, taken in enumerate(self.columns):
-            if not taken:
-                self.columns[c] = True
-                return c
-        self.columns.append(True)
-        return len(self.columns) - 1
 
 
 @dataclass
@@ -92,7 +84,6 @@ class _Sample:
     row: int
     index: int                        # among its row's seeds
     slot: int
-    column: int
     generator: Optional[torch.Generator]
     tokens: list[int] = field(default_factory=list)
 
@@ -119,9 +110,12 @@ class ContinuousBatch:
                 self.prompts[i] = _Prompt(g, shared, row.tokens[shared:], len(row.seeds), len(row.seeds), watch)
                 self.queue.extend((i, j) for j in range(len(row.seeds)))
         self.slots: list[Optional[_Sample]] = [None] * max(1, min(slots, len(self.queue)))
-        self.cache = SlotCache(max(len(p.suffix) for p in self._prompts()), max(r.max_new_tokens for r in rows))
+        longest = max(len(p.suffix) for p in self._prompts())
+        self.cache = SlotCache(len(self.slots), longest, longest + max(r.max_new_tokens for r in rows))
+        self.dtype = next(decoder.parameters()).dtype
+        self.fast = for_decoder(decoder, lambda fast: agrees_with_decoder(decoder, fast))
         self.free_prompt_slots: list[int] = []
-        self.prompt_slot_length: list[int] = []   # suffix length held by each prompt slot (0: free)
+        self.prompt_slots_made = 0
         self.results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
 
     def _prompts(self) -> list[_Prompt]:
@@ -155,13 +149,18 @@ class ContinuousBatch:
             for b, (r, j) in zip(free, starting):
                 row, prompt = self.rows[r], self._prompt(r)
                 prompt.queued -= 1
+                assert prompt.slot is not None
+                self.cache.start_sample(b, prompt.slot, len(prompt.suffix))
                 generator = row_generator(row.seeds[j], self.device) if row.do_sample else None
-                samples.append(_Sample(r, j, b, prompt.take_column(), generator))
+                samples.append(_Sample(r, j, b, generator))
                 self.slots[b] = samples[-1]
             logits = torch.stack([self._prompt(s.row).logits for s in samples])  # type: ignore[misc]
             for r in {s.row for s in samples}:
-                if self._prompt(r).queued == 0:
-                    self._prompt(r).logits = None
+                prompt = self._prompt(r)
+                if prompt.queued == 0:  # every sample has its copy of the suffix
+                    assert prompt.slot is not None
+                    heapq.heappush(self.free_prompt_slots, prompt.slot)
+                    prompt.logits, prompt.slot = None, None
             self._advance(samples, logits)
 
     def _prefill(self, rows: list[int]) -> None:
@@ -183,7 +182,7 @@ class ContinuousBatch:
             self.prefix_kv[group] = run_prefix(self.decoder, prefix, self.device)
         bounds, at = [], 0
         for prompt in prompts:
-            prompt.slot = self._take_prompt_slot(len(prompt.suffix))
+            prompt.slot = self._take_prompt_slot()
             bounds.append((at, at + len(prompt.suffix)))
             at += len(prompt.suffix)
         ids = torch.tensor([[t for p in prompts for t in p.suffix]], device=self.device)
@@ -196,53 +195,33 @@ class ContinuousBatch:
         for prompt, row_logits in zip(prompts, logits):
             prompt.logits = row_logits
 
-    def _take_prompt_slot(self, length: int) -> int:
+    def _take_prompt_slot(self) -> int:
         if self.free_prompt_slots:
-            slot = heapq.heappop(self.free_prompt_slots)
-        else:
-            slot = len(self.prompt_slot_length)
-            self.prompt_slot_length.append(0)
-        self.prompt_slot_length[slot] = length
-        return slot
+            return heapq.heappop(self.free_prompt_slots)
+        self.prompt_slots_made += 1
+        return self.prompt_slots_made - 1
 
     def _step(self, live: list[int]) -> torch.Tensor:
         """Logits after one decode step of every slot, for the `live` slots."""
         n = len(self.slots)
         ids, positions, write_at = [0] * n, [0] * n, [0] * n
-        prompt_slots: list[int] = []
-        columns: list[int] = []
         group_rows: dict[int, list[int]] = {}
-        for k, b in enumerate(live):
+        for b in live:
             s = self.slots[b]
             assert s is not None
             prompt = self._prompt(s.row)
-            ids[b], write_at[b] = s.tokens[-1], len(s.tokens) - 1
-            positions[b] = prompt.offset + len(prompt.suffix) + len(s.tokens) - 1
-            assert prompt.slot is not None
-            prompt_slots.append(prompt.slot)
-            columns.append(s.column)
+            ids[b], write_at[b] = s.tokens[-1], len(prompt.suffix) + len(s.tokens) - 1
+            positions[b] = prompt.offset + write_at[b]
             if prompt.offset:
-                group_rows.setdefault(prompt.group, []).append(k)
+                group_rows.setdefault(prompt.group, []).append(b)
         dev = self.device
-        prompt_lengths = self.prompt_slot_length[: max(prompt_slots) + 1]
-        step = DecodeStep(
-            cache=self.cache,
-            write_at=torch.tensor(write_at, device=dev),
-            width=max(write_at) + 1,
-            live=torch.tensor(live, device=dev),
-            prompt_slot=torch.tensor(prompt_slots, device=dev),
-            column=torch.tensor(columns, device=dev),
-            columns=max(columns) + 1,
-            prompt_lengths=torch.tensor(prompt_lengths, device=dev),
-            prompt_width=max(prompt_lengths),
-            groups=tuple(PrefixGroup(self.prefix_kv[g], torch.tensor(rows, device=dev))
-                         for g, rows in group_rows.items()),
-        )
-        with packed(step):
-            hidden = self.decoder(input_ids=torch.tensor(ids, device=dev)[:, None],
-                                  position_ids=torch.tensor(positions, device=dev)[:, None],
-                                  use_cache=False).last_hidden_state[:, -1]
-        return self.head(hidden[step.live])
+        at = torch.tensor(write_at, device=dev)
+        groups = tuple(PrefixGroup(self.prefix_kv[g], None if len(rows) == n else torch.tensor(rows, device=dev))
+                       for g, rows in group_rows.items())
+        step = DecodeStep(self.cache, at, length_mask(at + 1, max(write_at) + 1, self.dtype), groups)
+        hidden = decode(self.decoder, self.fast, torch.tensor(ids, device=dev), torch.tensor(positions, device=dev),
+                        step)
+        return self.head(hidden[live] if len(live) < n else hidden)
 
     def _advance(self, samples: list[_Sample], logits: torch.Tensor) -> None:
         """Append each sample's next token (chosen from its logits row) and end those that are done."""
@@ -270,12 +249,8 @@ class ContinuousBatch:
         prompt = self._prompt(sample.row)
         self.results[sample.row][sample.index] = Generation(prompt.watch.text(sample.tokens), len(sample.tokens), reason)
         self.slots[sample.slot] = None
-        prompt.columns[sample.column] = False
         prompt.waiting -= 1
         if prompt.waiting == 0:
-            assert prompt.slot is not None
-            self.prompt_slot_length[prompt.slot] = 0
-            heapq.heappush(self.free_prompt_slots, prompt.slot)
             self.group_waiting[prompt.group] -= 1
             if self.group_waiting[prompt.group] == 0:
                 self.prefix_kv.pop(prompt.group, None)
@@ -289,6 +264,36 @@ class ContinuousBatch:
         for b, s in enumerate(self.slots):
             s.slot = b  # type: ignore[union-attr]
         return list(range(len(live)))
+
+
+def decode(decoder: Any, fast: Optional[LlamaDecode], ids: torch.Tensor, positions: torch.Tensor,
+           step: DecodeStep) -> torch.Tensor:
+    """Return the final hidden states [S, hidden] of one decode step: by `fast` where there is one, else the decoder."""
+    if fast is not None:
+        return fast(ids, positions, step)
+    with packed(step):
+        return decoder(input_ids=ids[:, None], position_ids=positions[:, None], use_cache=False).last_hidden_state[:, -1]
+
+
+@torch.inference_mode()
+def agrees_with_decoder(decoder: Any, fast: LlamaDecode, length: int = 6) -> bool:
+    """Whether `fast` gives the decoder's own hidden states on a decode step of a random probe prompt."""
+    device = next(decoder.parameters()).device
+    dtype = next(decoder.parameters()).dtype
+    vocab = decoder.embed_tokens.num_embeddings
+    ids = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(0)).to(device)
+    states = []
+    for way in (None, fast):
+        cache = SlotCache(1, length - 1, length)
+        with packed(Prefill(PackedLayout(((0, length - 1),)), cache, (0,))):
+            decoder(input_ids=ids[None, :-1], position_ids=torch.arange(length - 1, device=device)[None],
+                    use_cache=False)
+        cache.start_sample(0, 0, length - 1)
+        at = torch.tensor([length - 1], device=device)
+        step = DecodeStep(cache, at, length_mask(at + 1, length, dtype))
+        states.append(decode(decoder, way, ids[-1:], at, step).float())
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    return bool(torch.allclose(states[1], states[0], rtol=tolerance, atol=tolerance * float(states[0].abs().max())))
 
 
 def generate_rows(decoder: Any, head: Any, tokenizer: Any, eos: frozenset[int], rows: Sequence[GenRow],

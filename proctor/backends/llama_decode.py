@@ -1,0 +1,121 @@
+"""A decode step of a Llama-family decoder in a few dozen tensor operations per layer.
+
+transformers' decoder layer is general: keyword plumbing, output capture, an attention
+interface lookup, rotary embeddings per layer, an RMSNorm of eight operations. For one
+token per sample that Python and those small operations cost as much as the matmuls
+(a step of SmolLM2-135M at 8 samples: about a third of its time). `LlamaDecode` runs
+the same arithmetic straight from the modules' weights: the rotary cos/sin once per
+step (the model's own `rotary_emb`), each norm as `F.rms_norm`, the projections through
+`decode_linear.linear` (oneDNN inside `packed_linears`), and attention as the step's
+`DecodeStep.attend`; the MLP is the layer's own module (one call).
+
+It is used only where the decoder has exactly a Llama layer's parts (attention without
+biases or extra norms, two RMSNorms, an MLP run as its own module) and, checked once per decoder on a probe prompt, its
+step gives the decoder's own hidden states; any other decoder keeps transformers'
+forward (`for_decoder` returns None).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from proctor.backends.decode_linear import linear
+
+_CHECKED = "_proctor_llama_decode"  # the decoder's verdict: its LlamaDecode, or None
+_LAYER_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
+_ATTENTION_PARTS = {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+@dataclass(frozen=True)
+class _Layer:
+    norm1: torch.Tensor
+    eps1: float
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    o: torch.Tensor
+    norm2: torch.Tensor
+    eps2: float
+    mlp: Any                 # the layer's own MLP module (fused or not: one call per layer)
+
+
+class LlamaDecode:
+    """One decode step: token ids and positions [S] of every slot -> final hidden states [S, hidden]."""
+
+    def __init__(self, decoder: Any, layers: list[_Layer]):
+        self.decoder = decoder
+        self.layers = layers
+        attention = decoder.layers[0].self_attn
+        self.head_dim = int(attention.head_dim)
+        self.scale = float(attention.scaling)
+        self.heads = layers[0].q.shape[0] // self.head_dim
+        self.kv_heads = layers[0].k.shape[0] // self.head_dim
+        self.norm, self.eps = decoder.norm.weight, float(decoder.norm.variance_epsilon)
+
+    def __call__(self, ids: torch.Tensor, positions: torch.Tensor, step: Any) -> torch.Tensor:
+        """Run the step: attention is `step.attend` (a `decode_attention.DecodeStep`)."""
+        h = self.decoder.embed_tokens(ids)                       # [S, hidden]
+        cos, sin = self.decoder.rotary_emb(h, positions[:, None])  # [S, 1, d]
+        s, d, half = ids.shape[0], self.head_dim, self.head_dim // 2
+        size = (h.shape[-1],)
+        for i, layer in enumerate(self.layers):
+            x = F.rms_norm(h, size, layer.norm1, layer.eps1)
+            q = linear(x, layer.q).view(s, self.heads, d)
+            k = linear(x, layer.k).view(s, self.kv_heads, d)
+            v = linear(x, layer.v).view(s, self.kv_heads, d)
+            q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
+            k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
+            out = step.attend(q[:, :, None], k[:, :, None], v[:, :, None], i, self.scale)
+            h = h + linear(out.reshape(s, -1), layer.o)
+            h = h + layer.mlp(F.rms_norm(h, size, layer.norm2, layer.eps2))
+        return F.rms_norm(h, size, self.norm, self.eps)
+
+
+def for_decoder(decoder: Any, probe: Any) -> Optional[LlamaDecode]:
+    """Return the decoder's `LlamaDecode`, or None where it is not exactly a Llama decoder.
+
+    `probe(fast)` runs one decode step of a probe prompt with transformers' forward and
+    with `fast` and says whether their hidden states agree; it runs once per decoder.
+    """
+    if not hasattr(decoder, _CHECKED):
+        layers = _layers(decoder)
+        fast = LlamaDecode(decoder, layers) if layers else None
+        with torch.inference_mode():
+            setattr(decoder, _CHECKED, fast if fast is not None and probe(fast) else None)
+    verdict: Optional[LlamaDecode] = getattr(decoder, _CHECKED)
+    return verdict
+
+
+def _layers(decoder: Any) -> Optional[list[_Layer]]:
+    """Each layer's weights, where every layer has exactly a Llama layer's parts; else None."""
+    if not all(hasattr(decoder, name) for name in ("embed_tokens", "layers", "norm", "rotary_emb")):
+        return None
+    if not _is_rms_norm(decoder.norm):
+        return None
+    out = []
+    for layer in decoder.layers:
+        attention: Any = getattr(layer, "self_attn", None)
+        mlp: Any = getattr(layer, "mlp", None)
+        if ({n for n, _ in layer.named_children()} != _LAYER_PARTS
+                or {n for n, _ in attention.named_children()} != _ATTENTION_PARTS
+                or not all(_is_plain_linear(getattr(attention, n)) for n in _ATTENTION_PARTS)
+                or not (_is_rms_norm(layer.input_layernorm) and _is_rms_norm(layer.post_attention_layernorm))):
+            return None
+        out.append(_Layer(layer.input_layernorm.weight, float(layer.input_layernorm.variance_epsilon),
+                          attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight,
+                          attention.o_proj.weight, layer.post_attention_layernorm.weight,
+                          float(layer.post_attention_layernorm.variance_epsilon), mlp))
+    return out or None
+
+
+def _is_plain_linear(module: Any) -> bool:
+    return isinstance(module, torch.nn.Linear) and module.bias is None
+
+
+def _is_rms_norm(module: Any) -> bool:
+    return (type(module).__name__.endswith("RMSNorm") and isinstance(getattr(module, "weight", None), torch.Tensor)
+            and isinstance(getattr(module, "variance_epsilon", None), float))
