@@ -85,10 +85,13 @@ class Recording(ContinuousBatch):
         super().__init__(*args, **kwargs)
         self.logits = {}
 
-    def _advance(self, samples, logits):
-        for sample, row_logits in zip(samples, logits):
-            self.logits.setdefault((sample.row, sample.index), []).append(row_logits.clone())
-        super()._advance(samples, logits)
+    def _advance(self, samples, logits, drafts):
+        before = [len(sample.tokens) for sample in samples]
+        super()._advance(samples, logits, drafts)
+        for sample, known, row_logits in zip(samples, before, logits):
+            # the logits of each token it took: at its last token, then at each kept drafted token
+            for k in range(len(sample.tokens) - known):
+                self.logits.setdefault((sample.row, sample.index), []).append(row_logits[k].clone())
 
 
 def test_shared_prefix_decode_equals_unshared_decode_and_a_full_forward(backend, monkeypatch):
@@ -157,3 +160,26 @@ def test_prefix_groups():
     groups = prefix_groups([shot, shot + (1,), shot + (2,)])
     assert groups == [(39, [0, 1, 2])]
     assert prefix_groups([(1, 2, 3)]) == [(0, [0])]
+
+
+def test_drafted_greedy_decoding_gives_the_same_tokens_in_fewer_steps(backend, monkeypatch):
+    """Prompt-lookup drafts (a random model's greedy text soon repeats itself): kept only where the
+    model predicts them, so the texts are those of one token per step."""
+    rows = [GenRow(encode(backend, SHOTS + q), 60, (), False, 1.0, 1.0, (0,)) for q in QUESTIONS[:3]]
+    steps = []
+    original = ContinuousBatch._step
+
+    def counted(self, live, drafts):
+        steps.append(1 + max(len(d) for d in drafts))
+        return original(self, live, drafts)
+
+    monkeypatch.setattr(ContinuousBatch, "_step", counted)
+    drafted = continuous(backend, rows, 3).run()
+    drafted_steps, steps[:] = list(steps), []
+    monkeypatch.setattr(hf_generate, "MAX_DRAFT", 0)
+    plain = continuous(backend, rows, 3).run()
+    assert drafted == plain
+    if backend.model.config.model_type == "llama":  # drafts are checked on the direct Llama step
+        assert max(drafted_steps) > 1 and len(drafted_steps) < len(steps)
+    else:
+        assert drafted_steps == steps

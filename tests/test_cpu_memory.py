@@ -20,7 +20,7 @@ def layer():  # a layer's temporaries: several 6 MB tensors alive at once, then 
 for _ in range(3):
     layer()  # warm up (glibc adapts its thresholds to what is freed)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
+for _ in range(40):
     layer()
 print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
@@ -35,5 +35,6 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again():
 
     plain, kept = faults("plain"), faults("keep")
     # glibc's own thresholds trim the freed top of the heap, so the next layer's temporaries are
-    # faulted in again: ~9,000 faults for the 20 layers here; with proctor's, 0-1,500
-    assert kept <= 2000 < plain
+    # faulted in again: ~18,000 faults (or far more) for the 40 layers here; with proctor's, 0 when
+    # the machine is quiet and up to ~3,000 beside another busy process
+    assert kept * 3 < plain

@@ -194,9 +194,9 @@ def test_finished_rows_leave_the_batch(backend, monkeypatch):
     decode_rows = []
     original = ContinuousBatch._step
 
-    def spy(self, live):
+    def spy(self, live, drafts):
         decode_rows.append(len(self.slots))  # a step decodes every slot, live or not
-        return original(self, live)
+        return original(self, live, drafts)
 
     monkeypatch.setattr(ContinuousBatch, "_step", spy)
     Engine(backend, batch_size=8, progress=False).generate([greedy(PROMPTS[0], 2), greedy(PROMPTS[1], 12)])

@@ -8,8 +8,9 @@ A sample's past is two segments:
   suffix (copied from the prompt slot `Prefill` wrote when the sample starts) followed by
   the tokens it generates.
 
-A decode step runs one token per sample slot through the model (`DecodeStep.attend`):
-each layer writes the new keys and values into the sample slots, attends to every slot's
+A decode step runs one token per sample slot through the model (`DecodeStep.attend`),
+or a token and its drafted successors (`hf_generate`): each layer writes the new keys
+and values into the sample slots, attends to every slot's
 own tokens in one kernel call (one additive mask per step, shared by all layers), then to
 the shared prefix with every query of the group folded into one query axis (read once,
 not copied per sample), and merges the two by their log-sum-exps, as packed scoring does
@@ -29,12 +30,22 @@ from proctor.backends.packed_attention import PackedLayout, attend_packed, atten
 KV = tuple[torch.Tensor, torch.Tensor]
 
 
-def length_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
-    """Additive mask [B, 1, 1, width]: 0 on the first lengths[b] keys of row b, the dtype's minimum after."""
-    past = torch.arange(width, device=lengths.device)[None, :] >= lengths[:, None]
+def length_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype, tokens: int = 1,
+                groups: int = 1) -> torch.Tensor:
+    """Additive mask of a step of `tokens` new tokens per row: 0 on the keys a query sees, the dtype's minimum after.
+
+    Token t of row b sees the first lengths[b] + t keys. One token: [B, 1, 1, width],
+    the same for every query. More: [B, 1, groups * tokens, width], rows in the order
+    of `DecodeStep`'s queries (query head within its group, then token).
+    """
+    seen = lengths[:, None] + torch.arange(tokens, device=lengths.device)        # [B, tokens]
+    past = torch.arange(width, device=lengths.device)[None, None, :] >= seen[:, :, None]
     # finite, so a row with no keys gives garbage rather than NaN
-    return torch.zeros(past.shape, dtype=dtype, device=lengths.device).masked_fill_(
-        past, torch.finfo(dtype).min)[:, None, None, :]
+    mask = torch.zeros(past.shape, dtype=dtype, device=lengths.device).masked_fill_(past, torch.finfo(dtype).min)
+    if tokens == 1:
+        return mask[:, None]
+    b = len(lengths)
+    return mask[:, None, None].expand(b, 1, groups, tokens, width).reshape(b, 1, groups * tokens, width)
 
 
 def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
@@ -89,14 +100,21 @@ class SlotCache:
             own_values[slot, :, :length] = values[prompt_slot, :, :length]
 
     def write_sample(self, layer: int, at: torch.Tensor, key: torch.Tensor, value: torch.Tensor, width: int) -> KV:
-        """Store each slot's new key/value [slots, kv, d] at its position `at`.
+        """Store each slot's new keys/values [slots, kv, T, d] at its positions at, at + 1, ... at + T - 1.
 
         Returns views of the first `width` positions of every slot.
         """
         keys, values = self.sample[layer]
-        rows = torch.arange(key.shape[0], device=key.device)
-        keys[rows, :, at] = key
-        values[rows, :, at] = value
+        tokens = key.shape[2]
+        if tokens == 1:
+            rows = torch.arange(key.shape[0], device=key.device)
+            keys[rows, :, at] = key[:, :, 0]
+            values[rows, :, at] = value[:, :, 0]
+        else:
+            rows = torch.arange(key.shape[0], device=key.device)[:, None]
+            positions = at[:, None] + torch.arange(tokens, device=key.device)
+            keys[rows, :, positions] = key.transpose(1, 2)
+            values[rows, :, positions] = value.transpose(1, 2)
         return keys[:, :, :width], values[:, :, :width]
 
     def keep_samples(self, index: torch.Tensor) -> None:
@@ -134,19 +152,22 @@ class DecodeStep:
     """One token for every sample slot; unused slots compute garbage that nobody reads."""
 
     cache: SlotCache
-    write_at: torch.Tensor     # [slots]: where each slot's new token goes (its tokens so far)
-    mask: torch.Tensor         # [slots, 1, 1, max(write_at) + 1]: each slot's own keys, the new one included
+    write_at: torch.Tensor     # [slots]: where each slot's first new token goes (its tokens so far)
+    mask: torch.Tensor         # `length_mask(write_at + 1, ...)`: each query's own keys, its token included
     groups: tuple[PrefixGroup, ...] = ()
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,
                scale: float) -> torch.Tensor:
-        """Write each slot's new key/value, then attend to its own tokens and its shared prefix, merged."""
-        s, h, _, d = query.shape
+        """Write each slot's new keys/values, then attend to its own tokens and its shared prefix, merged.
+
+        query [slots, heads, T, d], key/value [slots, kv, T, d]: T new tokens per slot
+        (one, or a token and its drafts); returns [slots, T, heads, d].
+        """
+        s, h, t, d = query.shape
         kv = key.shape[1]
-        g = h // kv
+        g = h // kv * t   # queries per key/value head: its query heads' tokens
         q = query.reshape(s, kv, g, d)
-        keys, values = self.cache.write_sample(layer, self.write_at, key[:, :, 0], value[:, :, 0],
-                                               self.mask.shape[-1])
+        keys, values = self.cache.write_sample(layer, self.write_at, key, value, self.mask.shape[-1])
         out, lse = masked_attend(q, keys, values, self.mask, scale)
         for group in self.groups:
             rows = q if group.rows is None else q[group.rows]
@@ -159,4 +180,6 @@ class DecodeStep:
                 out, lse = merge_parts((out, lse), part)
             else:
                 out[group.rows], lse[group.rows] = merge_parts((out[group.rows], lse[group.rows]), part)
-        return out.reshape(s, 1, h, d)
+        if t == 1:
+            return out.reshape(s, 1, h, d)
+        return out.reshape(s, kv, h // kv, t, d).permute(0, 3, 1, 2, 4).reshape(s, t, h, d)

@@ -13,6 +13,12 @@ Nothing is prefilled or stored twice (see `decode_attention.py`):
   its first sample starts, into a prompt slot that each of its samples copies when it
   starts (a sample's slot holds the suffix and its own tokens), until the last one starts.
 
+A step on a Llama decoder (`llama_decode.py`) runs its model directly, and while the
+slots are few it also checks greedy samples' drafts (`lookup_drafts.py`): each runs its
+last token and up to MAX_DRAFT guessed tokens, and keeps a guess only where the model's
+argmax before it is that guess, so its text is the one-token-per-step text, in fewer
+steps (a small model's greedy answer often repeats itself to the length limit).
+
 Not `model.generate`: that draws every row from one random stream, so a sample would
 depend on its batch-mates. Here each sample has its own generator (`decoding.py`) and
 every row's computation is its own, so a sample is the same for any slot count, order
@@ -31,6 +37,7 @@ import torch
 from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache, length_mask
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_tokens
 from proctor.backends.llama_decode import LlamaDecode, for_decoder
+from proctor.backends.lookup_drafts import NgramIndex
 from proctor.backends.packed_attention import PackedLayout, packed
 from proctor.backends.prefix_kv import run_prefix
 from proctor.engine.gen_plan import GenRow
@@ -41,6 +48,11 @@ OnDone = Callable[[int, tuple[Generation, ...]], None]
 
 MIN_SHARED_PREFIX = 32   # tokens; rows sharing less are prefilled whole
 PREFILL_TOKENS = 2048    # suffix tokens per packed prefill forward pass
+MAX_DRAFT = 7            # drafted tokens per greedy sample and step (prompt lookup)
+# Rows (slots x tokens) a drafting step may run. A CPU runs ~6 float32 FLOPs per byte of
+# weights it reads, so a matmul of up to ~12 rows costs about what reading its weights
+# does, and more rows cost compute: drafts are checked only while that is nearly free.
+DRAFT_ROWS = 16
 
 
 def prefix_groups(rows: Sequence[tuple[int, ...]], minimum: int = MIN_SHARED_PREFIX) -> list[tuple[int, list[int]]]:
@@ -86,6 +98,7 @@ class _Sample:
     slot: int
     generator: Optional[torch.Generator]
     tokens: list[int] = field(default_factory=list)
+    lookup: Optional[NgramIndex] = None   # a greedy sample's prompt and tokens, for drafts
 
 
 class ContinuousBatch:
@@ -111,9 +124,11 @@ class ContinuousBatch:
                 self.queue.extend((i, j) for j in range(len(row.seeds)))
         self.slots: list[Optional[_Sample]] = [None] * max(1, min(slots, len(self.queue)))
         longest = max(len(p.suffix) for p in self._prompts())
-        self.cache = SlotCache(len(self.slots), longest, longest + max(r.max_new_tokens for r in rows))
+        self.cache = SlotCache(len(self.slots), longest, longest + max(r.max_new_tokens for r in rows) + MAX_DRAFT)
         self.dtype = next(decoder.parameters()).dtype
         self.fast = for_decoder(decoder, lambda fast: agrees_with_decoder(decoder, fast))
+        # a step checks drafts on the direct Llama step only, where the query heads per key/value head are known
+        self.query_groups = self.fast.heads // self.fast.kv_heads if self.fast is not None else 1
         self.free_prompt_slots: list[int] = []
         self.prompt_slots_made = 0
         self.results: list[list[Optional[Generation]]] = [[None] * len(r.seeds) for r in rows]
@@ -136,8 +151,9 @@ class ContinuousBatch:
                 return all_finished(self.results)
             if not self.queue and len(self.slots) - len(live) >= max(1, len(self.slots) // 8):
                 live = self._shrink(live)
-            samples = [self.slots[b] for b in live]
-            self._advance(samples, self._step(live))  # type: ignore[arg-type]
+            samples: list[_Sample] = [self.slots[b] for b in live]  # type: ignore[misc]
+            drafts = self._drafts(samples)
+            self._advance(samples, self._step(live, drafts), drafts)
 
     def _fill(self) -> None:
         """Start queued samples in the free slots, prefilling their prompts as needed."""
@@ -152,7 +168,8 @@ class ContinuousBatch:
                 assert prompt.slot is not None
                 self.cache.start_sample(b, prompt.slot, len(prompt.suffix))
                 generator = row_generator(row.seeds[j], self.device) if row.do_sample else None
-                samples.append(_Sample(r, j, b, generator))
+                lookup = NgramIndex(row.tokens) if not row.do_sample and self.fast is not None else None
+                samples.append(_Sample(r, j, b, generator, lookup=lookup))
                 self.slots[b] = samples[-1]
             logits = torch.stack([self._prompt(s.row).logits for s in samples])  # type: ignore[misc]
             for r in {s.row for s in samples}:
@@ -161,7 +178,7 @@ class ContinuousBatch:
                     assert prompt.slot is not None
                     heapq.heappush(self.free_prompt_slots, prompt.slot)
                     prompt.logits, prompt.slot = None, None
-            self._advance(samples, logits)
+            self._advance(samples, logits[:, None], [[] for _ in samples])
 
     def _prefill(self, rows: list[int]) -> None:
         """Prefill the suffixes of `rows`' prompts, packed, a group and PREFILL_TOKENS at a time."""
@@ -201,35 +218,63 @@ class ContinuousBatch:
         self.prompt_slots_made += 1
         return self.prompt_slots_made - 1
 
-    def _step(self, live: list[int]) -> torch.Tensor:
-        """Logits after one decode step of every slot, for the `live` slots."""
-        n = len(self.slots)
-        ids, positions, write_at = [0] * n, [0] * n, [0] * n
+    def _drafts(self, samples: list[_Sample]) -> list[list[int]]:
+        """Each live sample's drafted tokens: greedy samples' prompt lookups, while the step stays thin."""
+        most = min(MAX_DRAFT, DRAFT_ROWS // len(self.slots) - 1)
+        if most < 1:
+            return [[] for _ in samples]
+        return [s.lookup.draft(min(most, self.rows[s.row].max_new_tokens - len(s.tokens) - 1))
+                if s.lookup is not None else [] for s in samples]
+
+    def _step(self, live: list[int], drafts: list[list[int]]) -> torch.Tensor:
+        """Logits [live, T, vocab] after one decode step of every slot: each live slot's last token and its draft."""
+        n, t = len(self.slots), 1 + max(len(d) for d in drafts)
+        ids, positions, write_at = [[0] * t for _ in range(n)], [list(range(t)) for _ in range(n)], [0] * n
         group_rows: dict[int, list[int]] = {}
-        for b in live:
+        for b, draft in zip(live, drafts):
             s = self.slots[b]
             assert s is not None
             prompt = self._prompt(s.row)
-            ids[b], write_at[b] = s.tokens[-1], len(prompt.suffix) + len(s.tokens) - 1
-            positions[b] = prompt.offset + write_at[b]
+            write_at[b] = len(prompt.suffix) + len(s.tokens) - 1
+            ids[b][:1 + len(draft)] = [s.tokens[-1], *draft]
+            positions[b] = [prompt.offset + write_at[b] + k for k in range(t)]
             if prompt.offset:
                 group_rows.setdefault(prompt.group, []).append(b)
         dev = self.device
         at = torch.tensor(write_at, device=dev)
         groups = tuple(PrefixGroup(self.prefix_kv[g], None if len(rows) == n else torch.tensor(rows, device=dev))
                        for g, rows in group_rows.items())
-        step = DecodeStep(self.cache, at, length_mask(at + 1, max(write_at) + 1, self.dtype), groups)
+        mask = length_mask(at + 1, max(write_at) + t, self.dtype, t, self.query_groups)
         hidden = decode(self.decoder, self.fast, torch.tensor(ids, device=dev), torch.tensor(positions, device=dev),
-                        step)
-        return self.head(hidden[live] if len(live) < n else hidden)
+                        DecodeStep(self.cache, at, mask, groups))
+        if len(live) < n:
+            hidden = hidden[live]
+        return self.head(hidden.reshape(-1, hidden.shape[-1])).view(len(live), t, -1)
 
-    def _advance(self, samples: list[_Sample], logits: torch.Tensor) -> None:
-        """Append each sample's next token (chosen from its logits row) and end those that are done."""
-        for sample, token in zip(samples, self._choose(samples, logits)):
-            sample.tokens.append(token)
-            reason = self._prompt(sample.row).watch.finish_reason(sample.tokens)
-            if reason is not None:
-                self._finish(sample, reason)
+    def _advance(self, samples: list[_Sample], logits: torch.Tensor, drafts: list[list[int]]) -> None:
+        """Append each sample's next tokens and end those that are done.
+
+        logits [samples, T, vocab]: at the sample's last token, then at each drafted token.
+        The first token is chosen as always (argmax, or a draw); a drafted token is kept
+        where it is the model's argmax at the position before, and then so is the argmax
+        after it: the tokens token-by-token greedy decoding gives.
+        """
+        first = self._choose(samples, logits[:, 0])
+        predicted = greedy_tokens(logits[:, 1:]).tolist() if logits.shape[1] > 1 else [[] for _ in samples]
+        for sample, token, draft, after in zip(samples, first, drafts, predicted):
+            new = [token]
+            for drafted, model_token in zip(draft, after):
+                if drafted != new[-1]:
+                    break
+                new.append(model_token)
+            for token in new:
+                sample.tokens.append(token)
+                if sample.lookup is not None:
+                    sample.lookup.append(token)
+                reason = self._prompt(sample.row).watch.finish_reason(sample.tokens)
+                if reason is not None:
+                    self._finish(sample, reason)
+                    break
 
     def _choose(self, samples: list[_Sample], logits: torch.Tensor) -> list[int]:
         """Argmax, or for sampled rows a draw with each sample's own generator."""
@@ -268,11 +313,11 @@ class ContinuousBatch:
 
 def decode(decoder: Any, fast: Optional[LlamaDecode], ids: torch.Tensor, positions: torch.Tensor,
            step: DecodeStep) -> torch.Tensor:
-    """Return the final hidden states [S, hidden] of one decode step: by `fast` where there is one, else the decoder."""
+    """Return the final hidden states [S, T, hidden] of a decode step of ids/positions [S, T]: by `fast` or the decoder."""
     if fast is not None:
         return fast(ids, positions, step)
     with packed(step):
-        return decoder(input_ids=ids[:, None], position_ids=positions[:, None], use_cache=False).last_hidden_state[:, -1]
+        return decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
 
 
 @torch.inference_mode()
@@ -291,7 +336,7 @@ def agrees_with_decoder(decoder: Any, fast: LlamaDecode, length: int = 6) -> boo
         cache.start_sample(0, 0, length - 1)
         at = torch.tensor([length - 1], device=device)
         step = DecodeStep(cache, at, length_mask(at + 1, length, dtype))
-        states.append(decode(decoder, way, ids[-1:], at, step).float())
+        states.append(decode(decoder, way, ids[None, -1:], at[:, None], step).float())
     tolerance = 1e-4 if dtype == torch.float32 else 3e-2
     return bool(torch.allclose(states[1], states[0], rtol=tolerance, atol=tolerance * float(states[0].abs().max())))
 

@@ -44,7 +44,7 @@ class _Layer:
 
 
 class LlamaDecode:
-    """One decode step: token ids and positions [S] of every slot -> final hidden states [S, hidden]."""
+    """One decode step: token ids and positions [S, T] of every slot -> final hidden states [S, T, hidden]."""
 
     def __init__(self, decoder: Any, layers: list[_Layer]):
         self.decoder = decoder
@@ -58,19 +58,20 @@ class LlamaDecode:
 
     def __call__(self, ids: torch.Tensor, positions: torch.Tensor, step: Any) -> torch.Tensor:
         """Run the step: attention is `step.attend` (a `decode_attention.DecodeStep`)."""
-        h = self.decoder.embed_tokens(ids)                       # [S, hidden]
-        cos, sin = self.decoder.rotary_emb(h, positions[:, None])  # [S, 1, d]
-        s, d, half = ids.shape[0], self.head_dim, self.head_dim // 2
+        h = self.decoder.embed_tokens(ids)                       # [S, T, hidden]
+        cos, sin = self.decoder.rotary_emb(h, positions)         # [S, T, d]
+        cos, sin = cos[:, :, None], sin[:, :, None]              # over the heads
+        (s, t), d, half = ids.shape, self.head_dim, self.head_dim // 2
         size = (h.shape[-1],)
         for i, layer in enumerate(self.layers):
             x = F.rms_norm(h, size, layer.norm1, layer.eps1)
-            q = linear(x, layer.q).view(s, self.heads, d)
-            k = linear(x, layer.k).view(s, self.kv_heads, d)
-            v = linear(x, layer.v).view(s, self.kv_heads, d)
+            q = linear(x, layer.q).view(s, t, self.heads, d)
+            k = linear(x, layer.k).view(s, t, self.kv_heads, d)
+            v = linear(x, layer.v).view(s, t, self.kv_heads, d)
             q = q * cos + torch.cat((-q[..., half:], q[..., :half]), dim=-1) * sin
             k = k * cos + torch.cat((-k[..., half:], k[..., :half]), dim=-1) * sin
-            out = step.attend(q[:, :, None], k[:, :, None], v[:, :, None], i, self.scale)
-            h = h + linear(out.reshape(s, -1), layer.o)
+            out = step.attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), i, self.scale)
+            h = h + linear(out.reshape(s, t, -1), layer.o)
             h = h + layer.mlp(F.rms_norm(h, size, layer.norm2, layer.eps2))
         return F.rms_norm(h, size, self.norm, self.eps)
 

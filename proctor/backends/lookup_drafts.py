@@ -1,0 +1,49 @@
+"""Draft tokens for greedy decoding by prompt lookup: what followed the sequence's last n tokens before.
+
+A greedy sample often repeats what it has already seen: the numbers and phrases of its
+question, the few-shot answers' wording, its own earlier sentences, and for a small
+model a loop that runs to the length limit. What followed the last earlier occurrence of
+its final `n` tokens is a cheap guess at what comes next. A decode step then runs the
+sample's last token and its draft together and keeps each drafted token only where the
+model's own prediction at the position before is that token (`hf_generate`), so the text
+is the one token-by-token greedy decoding gives, in fewer steps.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class NgramIndex:
+    """A growing token sequence, and where each of its n-grams was last followed by a token."""
+
+    def __init__(self, tokens: Sequence[int], n: int = 3):
+        self.n = n
+        self.tokens = list(tokens)
+        self.after: dict[tuple[int, ...], int] = {}   # n-gram -> index of the token that last followed it
+        for end in range(n, len(self.tokens)):
+            self.after[tuple(self.tokens[end - n:end])] = end
+
+    def append(self, token: int) -> None:
+        """Extend the sequence by one token."""
+        self.tokens.append(token)
+        end = len(self.tokens) - 1
+        if end >= self.n:
+            self.after[tuple(self.tokens[end - self.n:end])] = end
+
+    def draft(self, most: int) -> list[int]:
+        """`most` tokens that followed the final n-gram's last earlier occurrence ([] if none).
+
+        Past the sequence's end the guess goes on as the sequence would if it repeats
+        (a loop's period is the distance between the two occurrences).
+        """
+        if most <= 0 or len(self.tokens) < self.n:
+            return []
+        start = self.after.get(tuple(self.tokens[-self.n:]))
+        if start is None:
+            return []
+        end = len(self.tokens)
+        out: list[int] = []
+        for i in range(start, start + most):
+            out.append(self.tokens[i] if i < end else out[i - end])
+        return out
