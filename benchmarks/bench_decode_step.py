@@ -11,6 +11,8 @@ this machine, float32, 2 threads:
   `engine.generate` runs) on B greedy GSM8K prompts (`gsm8k::olmes`, the first B questions, as proctor tokenizes
   them), with no EOS and no stop string, to K+1 and to 1 new tokens; a step is the
   difference over K (the prefill and the first token cancel out). Best of `--repeat` runs.
+  One token per step: greedy prompt-lookup drafts are off for this. The last column runs
+  the same with them on (what `engine.generate` does): time per generated token.
 - bytes per step: every parameter once (the tied embedding is the LM head, read every
   step; the input embedding reads one row per sample) plus the keys and values the step
   attends to, every layer: a shared few-shot prefix once, each prompt's own tokens, and
@@ -52,6 +54,7 @@ class StepMeasure:
     ratio: float
     read_floor_ms: float
     tokens_per_s: float
+    drafted_ms: float   # time per generated token per sample with greedy drafts (prompt lookup) on
 
 
 def copy_bandwidth(gib: float = 1.0, trials: int = 6) -> float:
@@ -88,16 +91,23 @@ def read_bandwidth(gib: float = 1.0, trials: int = 6) -> float:
     return n * 4 / best
 
 
-def generate_seconds(backend: Any, rows: list[Any], new_tokens: int) -> float:
-    """Wall seconds of proctor's decode loop over `rows`, each to exactly `new_tokens` (no EOS, no stop)."""
+def generate_seconds(backend: Any, rows: list[Any], new_tokens: int, single: bool = True) -> float:
+    """Wall seconds of proctor's decode loop over `rows`, each to exactly `new_tokens` (no EOS, no stop).
+
+    `single`: one token per step (no prompt-lookup drafts), so the time is K steps' time.
+    """
+    from proctor.backends import hf_generate
     from proctor.backends.decode_linear import packed_linears
-    from proctor.backends.hf_generate import generate_rows
 
     rows = [replace(r, max_new_tokens=new_tokens) for r in rows]
+    drafts, hf_generate.MAX_DRAFT = hf_generate.MAX_DRAFT, 0 if single else hf_generate.MAX_DRAFT
     t0 = time.perf_counter()
-    with packed_linears(backend.model):
-        done = generate_rows(backend.model.get_decoder(), backend._head_at, backend.tokenizer, frozenset(), rows,
-                             slots=len(rows))
+    try:
+        with packed_linears(backend.model):
+            done = hf_generate.generate_rows(backend.model.get_decoder(), backend._head_at, backend.tokenizer,
+                                             frozenset(), rows, slots=len(rows))
+    finally:
+        hf_generate.MAX_DRAFT = drafts
     seconds = time.perf_counter() - t0
     if any(g.num_tokens != new_tokens for samples in done for g in samples):
         raise SystemExit(f"a sample ended before {new_tokens} tokens")
@@ -134,15 +144,18 @@ def measure(batches: list[int], steps: int, repeat: int) -> tuple[list[StepMeasu
             # a prefix shared by a group of prompts (the 8-shot block) is stored and read once
             prompt = sum(len(chosen[members[0]].tokens[:shared]) + sum(len(chosen[i].tokens) - shared for i in members)
                          for shared, members in prefix_groups([r.tokens for r in chosen]))
-            best_step = float("inf")
+            best_step = best_drafted = float("inf")
             for _ in range(repeat):
                 short = generate_seconds(backend, chosen, 1)
                 long = generate_seconds(backend, chosen, steps + 1)
+                drafted = generate_seconds(backend, chosen, steps + 1, single=False)
                 best_step = min(best_step, (long - short) / steps)
+                best_drafted = min(best_drafted, (drafted - short) / steps)
             kv = kv_per_token * (prompt + b * steps / 2)  # the mean step reads half the generated tokens
             floor = (weights + kv) / bandwidth
             out.append(StepMeasure(b, steps, best_step * 1e3, weights / 1e6, kv / 1e6, floor * 1e3,
-                                   best_step / floor, (weights + kv) / read * 1e3, b / best_step))
+                                   best_step / floor, (weights + kv) / read * 1e3, b / best_step,
+                                   best_drafted * 1e3))
     return out, bandwidth, read
 
 
@@ -158,11 +171,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"SmolLM2-135M-Instruct float32, CPU, {THREADS} threads; copy bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"(1 GiB copied / time), read bandwidth {read / 1e9:.1f} GB/s (1 GiB summed / time)\n")
     print("| batch | step ms | weights MB | keys/values MB | floor ms | step / floor | read floor ms "
-          "| new tokens/s |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| new tokens/s | ms per token, drafts on |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.batch} | {r.step_ms:.1f} | {r.weight_mb:.0f} | {r.kv_mb:.0f} | {r.floor_ms:.1f} | "
-              f"{r.ratio:.2f}× | {r.read_floor_ms:.1f} | {r.tokens_per_s:.1f} |")
+              f"{r.ratio:.2f}× | {r.read_floor_ms:.1f} | {r.tokens_per_s:.1f} | {r.drafted_ms:.1f} |")
     if args.json:
         args.json.write_text(json.dumps({"bandwidth_bytes_per_s": bandwidth, "read_bytes_per_s": read,
                                          "rows": [asdict(r) for r in rows]}, indent=2))

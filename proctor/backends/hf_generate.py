@@ -99,6 +99,7 @@ class _Sample:
     generator: Optional[torch.Generator]
     tokens: list[int] = field(default_factory=list)
     lookup: Optional[NgramIndex] = None   # a greedy sample's prompt and tokens, for drafts
+    draft_size: int = MAX_DRAFT           # its next draft's length: grows while drafts are kept, shrinks when not
 
 
 class ContinuousBatch:
@@ -223,7 +224,7 @@ class ContinuousBatch:
         most = min(MAX_DRAFT, DRAFT_ROWS // len(self.slots) - 1)
         if most < 1:
             return [[] for _ in samples]
-        return [s.lookup.draft(min(most, self.rows[s.row].max_new_tokens - len(s.tokens) - 1))
+        return [s.lookup.draft(min(most, s.draft_size, self.rows[s.row].max_new_tokens - len(s.tokens) - 1))
                 if s.lookup is not None else [] for s in samples]
 
     def _step(self, live: list[int], drafts: list[list[int]]) -> torch.Tensor:
@@ -267,6 +268,9 @@ class ContinuousBatch:
                 if drafted != new[-1]:
                     break
                 new.append(model_token)
+            if draft:
+                whole = len(new) > len(draft)
+                sample.draft_size = min(MAX_DRAFT, sample.draft_size + 2) if whole else max(1, sample.draft_size - 1)
             for token in new:
                 sample.tokens.append(token)
                 if sample.lookup is not None:
