@@ -15,21 +15,28 @@ from typing import Sequence
 
 
 class NgramIndex:
-    """A growing token sequence, and where each of its n-grams was last followed by a token."""
+    """A growing token sequence, and where each of its n-grams was last followed by a token.
 
-    def __init__(self, tokens: Sequence[int], n: int = 3):
-        self.n = n
-        self.tokens = list(tokens)
-        self.after: dict[tuple[int, ...], int] = {}   # n-gram -> index of the token that last followed it
-        for end in range(n, len(self.tokens)):
-            self.after[tuple(self.tokens[end - n:end])] = end
+    Several lengths n are indexed and the longest final n-gram seen before decides the
+    draft: in a loop whose period holds a short n-gram twice with different successors
+    ("of that much is 1/2 ... of that much is 1/4"), a longer context tells them apart.
+    """
+
+    def __init__(self, tokens: Sequence[int], lengths: Sequence[int] = (8, 3)):
+        self.lengths = sorted(lengths, reverse=True)
+        self.tokens: list[int] = []
+        # per length: n-gram -> index of the token that last followed it
+        self.after: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.lengths}
+        for token in tokens:
+            self.append(token)
 
     def append(self, token: int) -> None:
         """Extend the sequence by one token."""
         self.tokens.append(token)
         end = len(self.tokens) - 1
-        if end >= self.n:
-            self.after[tuple(self.tokens[end - self.n:end])] = end
+        for n in self.lengths:
+            if end >= n:
+                self.after[n][tuple(self.tokens[end - n:end])] = end
 
     def draft(self, most: int) -> list[int]:
         """`most` tokens that followed the final n-gram's last earlier occurrence ([] if none).
@@ -37,9 +44,10 @@ class NgramIndex:
         Past the sequence's end the guess goes on as the sequence would if it repeats
         (a loop's period is the distance between the two occurrences).
         """
-        if most <= 0 or len(self.tokens) < self.n:
+        if most <= 0:
             return []
-        start = self.after.get(tuple(self.tokens[-self.n:]))
+        start = next((self.after[n][key] for n in self.lengths if len(self.tokens) >= n
+                      and (key := tuple(self.tokens[-n:])) in self.after[n]), None)
         if start is None:
             return []
         end = len(self.tokens)
