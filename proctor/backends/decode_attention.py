@@ -50,7 +50,7 @@ def length_mask(lengths: torch.Tensor, width: int, dtype: torch.dtype, tokens: i
 
 def masked_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                   scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attend queries [B, kv, Q, d] to keys/values [B, kv, L, d] under an additive mask [B, 1, 1, L].
+    """Attend queries [B, kv, Q, d] to keys/values [B, kv, L, d] under an additive mask [B, 1, 1 or Q, L].
 
     Returns (output [B, kv, Q, d], log-sum-exp [B, kv, Q]).
     """
@@ -99,22 +99,16 @@ class SlotCache:
             own_keys[slot, :, :length] = keys[prompt_slot, :, :length]
             own_values[slot, :, :length] = values[prompt_slot, :, :length]
 
-    def write_sample(self, layer: int, at: torch.Tensor, key: torch.Tensor, value: torch.Tensor, width: int) -> KV:
-        """Store each slot's new keys/values [slots, kv, T, d] at its positions at, at + 1, ... at + T - 1.
+    def write_sample(self, layer: int, at: tuple[torch.Tensor, torch.Tensor], key: torch.Tensor,
+                     value: torch.Tensor, width: int) -> KV:
+        """Store each slot's new keys/values [slots, kv, T, d] at `at`: (slot [slots, 1], position [slots, T]).
 
         Returns views of the first `width` positions of every slot.
         """
         keys, values = self.sample[layer]
-        tokens = key.shape[2]
-        if tokens == 1:
-            rows = torch.arange(key.shape[0], device=key.device)
-            keys[rows, :, at] = key[:, :, 0]
-            values[rows, :, at] = value[:, :, 0]
-        else:
-            rows = torch.arange(key.shape[0], device=key.device)[:, None]
-            positions = at[:, None] + torch.arange(tokens, device=key.device)
-            keys[rows, :, positions] = key.transpose(1, 2)
-            values[rows, :, positions] = value.transpose(1, 2)
+        slot, position = at
+        keys[slot, :, position] = key.transpose(1, 2)
+        values[slot, :, position] = value.transpose(1, 2)
         return keys[:, :, :width], values[:, :, :width]
 
     def keep_samples(self, index: torch.Tensor) -> None:
@@ -147,13 +141,19 @@ class PrefixGroup:
     rows: Optional[torch.Tensor]
 
 
+def write_index(write_at: torch.Tensor, tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where a step's new keys/values go: (slot [S, 1], position [S, T]), T tokens from each slot's write_at."""
+    slots = torch.arange(len(write_at), device=write_at.device)[:, None]
+    return slots, write_at[:, None] + torch.arange(tokens, device=write_at.device)
+
+
 @dataclass(frozen=True)
 class DecodeStep:
-    """One token for every sample slot; unused slots compute garbage that nobody reads."""
+    """T tokens (one, or a token and its drafts) for every sample slot; unused slots compute garbage nobody reads."""
 
     cache: SlotCache
-    write_at: torch.Tensor     # [slots]: where each slot's first new token goes (its tokens so far)
-    mask: torch.Tensor         # `length_mask(write_at + 1, ...)`: each query's own keys, its token included
+    write_at: tuple[torch.Tensor, torch.Tensor]   # `write_index`: where each slot's new keys/values go
+    mask: torch.Tensor         # `length_mask`: each query's own keys, its token included
     groups: tuple[PrefixGroup, ...] = ()
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layer: int,

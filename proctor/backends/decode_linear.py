@@ -4,7 +4,7 @@ A decode step multiplies a few rows, one per live sample, by every weight of the
 so it runs at the rate weights are read. On a CPU, MKL's sgemm (what `F.linear` calls)
 reads them at 6-9 GB/s for 2 to 32 rows, about half of what its own one-row gemv reaches,
 while oneDNN on a weight reordered once into its blocked layout reads them at 18-28 GB/s
-(docs/benchmarks.md, "The decode step's matmuls"). So inside `packed_linears(model)`
+(docs/benchmarks.md, "A decode step against the memory floor"). So inside `packed_linears(model)`
 every float32 CPU linear of at most `MAX_ROWS` rows runs `torch.ops.mkldnn._linear_pointwise`
 on a packed copy of its weight; larger products (packed prompt prefills) stay with
 `F.linear`, which is as fast there. oneDNN's result for a row does not depend on how

@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache, length_mask
+from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache, length_mask, write_index
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_tokens
 from proctor.backends.llama_decode import LlamaDecode, for_decoder
 from proctor.backends.lookup_drafts import NgramIndex
@@ -247,7 +247,7 @@ class ContinuousBatch:
                        for g, rows in group_rows.items())
         mask = length_mask(at + 1, max(write_at) + t, self.dtype, t, self.query_groups)
         hidden = decode(self.decoder, self.fast, torch.tensor(ids, device=dev), torch.tensor(positions, device=dev),
-                        DecodeStep(self.cache, at, mask, groups))
+                        DecodeStep(self.cache, write_index(at, t), mask, groups))
         if len(live) < n:
             hidden = hidden[live]
         return self.head(hidden.reshape(-1, hidden.shape[-1])).view(len(live), t, -1)
@@ -339,7 +339,7 @@ def agrees_with_decoder(decoder: Any, fast: LlamaDecode, length: int = 6) -> boo
                     use_cache=False)
         cache.start_sample(0, 0, length - 1)
         at = torch.tensor([length - 1], device=device)
-        step = DecodeStep(cache, at, length_mask(at + 1, length, dtype))
+        step = DecodeStep(cache, write_index(at, 1), length_mask(at + 1, length, dtype))
         states.append(decode(decoder, way, ids[None, -1:], at[:, None], step).float())
     tolerance = 1e-4 if dtype == torch.float32 else 3e-2
     return bool(torch.allclose(states[1], states[0], rtol=tolerance, atol=tolerance * float(states[0].abs().max())))
