@@ -117,6 +117,30 @@ def test_gathered_head_equals_full_logits(tiny_dir):
     assert [r.sum_logits for row in slow for r in row] == pytest.approx(got, abs=1e-5)
 
 
+@pytest.mark.parametrize("plain_head", [True, False])
+def test_logits_read_a_chunk_at_a_time_give_the_same_results(tiny_dir, monkeypatch, plain_head):
+    from proctor.backends import hf
+
+    backend = load_backend(str(tiny_dir), device="cpu")
+    backend.plain_head = plain_head
+    tok = backend.tokenizer
+    texts = ["Question: Which planet is closest to the sun?\nAnswer:", "Paris is the capital of",
+             "The quick brown fox jumps", "One, two, three, four, five"]
+    rows = []
+    for i, text in enumerate(texts):
+        ids = tuple(tok.encode(text, add_special_tokens=False))
+        # several targets at one position (choices), and multi-token continuations
+        rows.append(Row(ids, (Readout(len(ids) - 1, (i,)), Readout(len(ids) - 1, (i + 7,)),
+                              Readout(len(ids) - 3, ids[-2:] + (3,)))))
+    whole = backend.score(rows)
+    monkeypatch.setattr(hf, "_HEAD_CHUNK", 3)  # slots split across chunks, a slot's targets too
+    chunked = [r for row in backend.score(rows) for r in row]
+    whole = [r for row in whole for r in row]
+    # the head's matmul rounds by its row count: the same up to float32 rounding
+    assert [r.sum_logits for r in chunked] == pytest.approx([r.sum_logits for r in whole], abs=1e-5)
+    assert [(r.num_tokens, r.is_greedy) for r in chunked] == [(r.num_tokens, r.is_greedy) for r in whole]
+
+
 def test_is_greedy_marks_argmax_continuations(tiny_dir):
     backend = load_backend(str(tiny_dir), device="cpu")
     a = tuple(backend.tokenizer.encode("The quick brown fox", add_special_tokens=False))

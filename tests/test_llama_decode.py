@@ -7,8 +7,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from proctor.backends.fused_mlp import fuse_gated_mlps
-from proctor.backends.hf_generate import agrees_with_decoder
-from proctor.backends.llama_decode import LlamaDecode, for_decoder
+from proctor.backends import llama_decode
+from proctor.backends.llama_decode import LlamaDecode, agrees_with_decoder, for_decoder
 
 
 def tiny_llama(**extra) -> torch.nn.Module:
@@ -20,7 +20,7 @@ def tiny_llama(**extra) -> torch.nn.Module:
 
 
 def checked(decoder: torch.nn.Module) -> LlamaDecode | None:
-    return for_decoder(decoder, lambda fast: agrees_with_decoder(decoder, fast))
+    return for_decoder(decoder)
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -33,11 +33,12 @@ def test_a_llama_decoder_gets_the_direct_step(fused):
     assert checked(decoder) is fast  # checked once
 
 
-def test_the_probe_runs_once_per_decoder():
+def test_the_probe_runs_once_per_decoder(monkeypatch):
     decoder = tiny_llama()
     calls = []
-    for_decoder(decoder, lambda fast: calls.append(fast) or True)
-    for_decoder(decoder, lambda fast: calls.append(fast) or True)
+    monkeypatch.setattr(llama_decode, "agrees_with_decoder", lambda decoder, fast: calls.append(fast) or True)
+    for_decoder(decoder)
+    for_decoder(decoder)
     assert len(calls) == 1
 
 

@@ -12,7 +12,7 @@ rows whose position ids continue after the prefix.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, TypeVar, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import torch
@@ -235,24 +235,24 @@ class HFBackend:
             out.append(tuple(results))
         return out
 
-    def _logits_at(self, ids: torch.Tensor, slots: list[tuple[int, int]]) -> torch.Tensor:
-        """Logits [len(slots), vocab] at the given (row, position) pairs, from one forward."""
+    def _logits_at(self, ids: torch.Tensor, slots: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
+        """Logits at the given (row, position) pairs, from one forward: [n, vocab] chunks of consecutive slots."""
         self.forward_calls += 1
         rows = torch.tensor([s[0] for s in slots], device=ids.device)
         positions = torch.tensor([s[1] for s in slots], device=ids.device)
         # right padding + causal attention: real positions never see pads, so no mask (as lm-eval)
         if self.plain_head:
             hidden = self.model.get_decoder()(input_ids=ids).last_hidden_state
-            return self._head_at(hidden[rows, positions])
+            return self._head_chunks(hidden[rows, positions])
         keep, inverse = torch.unique(positions, return_inverse=True)
         logits = self.model(input_ids=ids, logits_to_keep=keep).logits
-        return logits[rows, inverse]
+        return iter([logits[rows, inverse]])
 
     def _packed_logits_at(
         self, prefix: tuple[int, ...], rows: Sequence[Row], parents: tuple[int, ...], offsets: list[int],
         slots: list[tuple[int, int]],
-    ) -> torch.Tensor:
-        """Logits at (row, position in the row) pairs, all rows packed into one sequence."""
+    ) -> Iterator[torch.Tensor]:
+        """Logits at (row, position in the row) pairs, all rows packed into one sequence (`_head_chunks`)."""
         decoder = self.model.get_decoder()
         if prefix != self._prefix:
             self._prefix, self._prefix_kv = (), ()  # free the old prefix before computing the new one
@@ -272,12 +272,16 @@ class HFBackend:
         with packed(PackedLayout(tuple(bounds), self._prefix_kv, parents)):
             hidden = decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state[0]
         flat = torch.tensor([starts[row] + pos for row, pos in slots], device=self.device)
-        return self._head_at(hidden[flat])
+        return self._head_chunks(hidden[flat])
+
+    def _head_chunks(self, picked: torch.Tensor) -> Iterator[torch.Tensor]:
+        """LM-head logits of gathered hidden states, [_HEAD_CHUNK, vocab] at a time, each made when asked for."""
+        head = self.model.get_output_embeddings()
+        return (head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK))
 
     def _head_at(self, picked: torch.Tensor) -> torch.Tensor:
-        """LM-head logits of gathered hidden states, a chunk of positions at a time."""
-        head = self.model.get_output_embeddings()
-        return torch.cat([head(picked[i:i + _HEAD_CHUNK]) for i in range(0, len(picked), _HEAD_CHUNK)])
+        """LM-head logits [positions, vocab] of gathered hidden states."""
+        return torch.cat(list(self._head_chunks(picked)))
 
     def decoder_shape(self) -> tuple[int, int]:
         """Return (decoder blocks, hidden size): the blocks HiddenStates requests may read."""
@@ -368,17 +372,26 @@ def _prefix_safe(config: Any, max_length: int) -> bool:
     return not getattr(config, "add_cross_attention", False)
 
 
-def _score_slots(logits: torch.Tensor, slot_idx: torch.Tensor,
+def _score_slots(logits: Iterator[torch.Tensor], slot_idx: torch.Tensor,
                  targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of each target at its slot (float32 log-softmax) and whether it is the argmax."""
-    logprobs = torch.empty(len(targets), dtype=torch.float32, device=logits.device)
-    greedy = torch.empty(len(targets), dtype=torch.bool, device=logits.device)
-    for i in range(0, len(targets), _HEAD_CHUNK):
-        s = slot_idx[i:i + _HEAD_CHUNK]
-        chunk = logits[s].float()
-        t = targets[i:i + _HEAD_CHUNK]
-        logprobs[i:i + _HEAD_CHUNK] = torch.log_softmax(chunk, dim=-1).gather(1, t[:, None]).squeeze(1)
-        greedy[i:i + _HEAD_CHUNK] = chunk.argmax(dim=-1) == t
+    """Log-prob of each target at its slot (float32 log-softmax) and whether it is the argmax.
+
+    `logits` are [n, vocab] chunks of consecutive slots. Each is read where it lies and
+    dropped: the logits of every slot never exist at once, nor are they copied (RC tasks
+    read thousands of positions: a gigabyte of logits).
+    """
+    logprobs = torch.empty(len(targets), dtype=torch.float32, device=targets.device)
+    greedy = torch.empty(len(targets), dtype=torch.bool, device=targets.device)
+    start = 0
+    for chunk in logits:
+        for part in chunk.split(_HEAD_CHUNK):
+            end = start + len(part)
+            inside = ((slot_idx >= start) & (slot_idx < end)).nonzero().squeeze(1)
+            at, t = slot_idx[inside] - start, targets[inside]
+            part = part.float()
+            logprobs[inside] = torch.log_softmax(part, dim=-1)[at, t]
+            greedy[inside] = part.argmax(dim=-1)[at] == t
+            start = end
     return logprobs.cpu(), greedy.cpu()
 
 

@@ -36,7 +36,7 @@ import torch
 
 from proctor.backends.decode_attention import DecodeStep, Prefill, PrefixGroup, SlotCache, length_mask, write_index
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_tokens
-from proctor.backends.llama_decode import LlamaDecode, for_decoder
+from proctor.backends.llama_decode import decode, for_decoder
 from proctor.backends.lookup_drafts import NgramIndex
 from proctor.backends.packed_attention import PackedLayout, packed
 from proctor.backends.prefix_kv import run_prefix
@@ -127,7 +127,7 @@ class ContinuousBatch:
         longest = max(len(p.suffix) for p in self._prompts())
         self.cache = SlotCache(len(self.slots), longest, longest + max(r.max_new_tokens for r in rows) + MAX_DRAFT)
         self.dtype = next(decoder.parameters()).dtype
-        self.fast = for_decoder(decoder, lambda fast: agrees_with_decoder(decoder, fast))
+        self.fast = for_decoder(decoder)
         # a step checks drafts on the direct Llama step only, where the query heads per key/value head are known
         self.query_groups = self.fast.heads // self.fast.kv_heads if self.fast is not None else 1
         self.free_prompt_slots: list[int] = []
@@ -313,36 +313,6 @@ class ContinuousBatch:
         for b, s in enumerate(self.slots):
             s.slot = b  # type: ignore[union-attr]
         return list(range(len(live)))
-
-
-def decode(decoder: Any, fast: Optional[LlamaDecode], ids: torch.Tensor, positions: torch.Tensor,
-           step: DecodeStep) -> torch.Tensor:
-    """Return the final hidden states [S, T, hidden] of a decode step of ids/positions [S, T]: by `fast` or the decoder."""
-    if fast is not None:
-        return fast(ids, positions, step)
-    with packed(step):
-        return decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
-
-
-@torch.inference_mode()
-def agrees_with_decoder(decoder: Any, fast: LlamaDecode, length: int = 6) -> bool:
-    """Whether `fast` gives the decoder's own hidden states on a decode step of a random probe prompt."""
-    device = next(decoder.parameters()).device
-    dtype = next(decoder.parameters()).dtype
-    vocab = decoder.embed_tokens.num_embeddings
-    ids = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(0)).to(device)
-    states = []
-    for way in (None, fast):
-        cache = SlotCache(1, length - 1, length)
-        with packed(Prefill(PackedLayout(((0, length - 1),)), cache, (0,))):
-            decoder(input_ids=ids[None, :-1], position_ids=torch.arange(length - 1, device=device)[None],
-                    use_cache=False)
-        cache.start_sample(0, 0, length - 1)
-        at = torch.tensor([length - 1], device=device)
-        step = DecodeStep(cache, write_index(at, 1), length_mask(at + 1, length, dtype))
-        states.append(decode(decoder, way, ids[None, -1:], at[:, None], step).float())
-    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
-    return bool(torch.allclose(states[1], states[0], rtol=tolerance, atol=tolerance * float(states[0].abs().max())))
 
 
 def generate_rows(decoder: Any, head: Any, tokenizer: Any, eos: frozenset[int], rows: Sequence[GenRow],

@@ -23,7 +23,9 @@ from typing import Any, Optional
 import torch
 import torch.nn.functional as F
 
+from proctor.backends.decode_attention import DecodeStep, Prefill, SlotCache, length_mask, write_index
 from proctor.backends.decode_linear import linear
+from proctor.backends.packed_attention import PackedLayout, packed
 
 _CHECKED = "_proctor_llama_decode"  # the decoder's verdict: its LlamaDecode, or None
 _LAYER_PARTS = {"self_attn", "mlp", "input_layernorm", "post_attention_layernorm"}
@@ -76,19 +78,47 @@ class LlamaDecode:
         return F.rms_norm(h, size, self.norm, self.eps)
 
 
-def for_decoder(decoder: Any, probe: Any) -> Optional[LlamaDecode]:
+def for_decoder(decoder: Any) -> Optional[LlamaDecode]:
     """Return the decoder's `LlamaDecode`, or None where it is not exactly a Llama decoder.
 
-    `probe(fast)` runs one decode step of a probe prompt with transformers' forward and
-    with `fast` and says whether their hidden states agree; it runs once per decoder.
+    The verdict (the parts, then `agrees_with_decoder`) is reached once per decoder.
     """
     if not hasattr(decoder, _CHECKED):
         layers = _layers(decoder)
         fast = LlamaDecode(decoder, layers) if layers else None
-        with torch.inference_mode():
-            setattr(decoder, _CHECKED, fast if fast is not None and probe(fast) else None)
+        setattr(decoder, _CHECKED, fast if fast is not None and agrees_with_decoder(decoder, fast) else None)
     verdict: Optional[LlamaDecode] = getattr(decoder, _CHECKED)
     return verdict
+
+
+def decode(decoder: Any, fast: Optional[LlamaDecode], ids: torch.Tensor, positions: torch.Tensor,
+           step: DecodeStep) -> torch.Tensor:
+    """Return the final hidden states [S, T, hidden] of a decode step of ids/positions [S, T]: by `fast` or the decoder."""
+    if fast is not None:
+        return fast(ids, positions, step)
+    with packed(step):
+        return decoder(input_ids=ids, position_ids=positions, use_cache=False).last_hidden_state
+
+
+@torch.inference_mode()
+def agrees_with_decoder(decoder: Any, fast: LlamaDecode, length: int = 6) -> bool:
+    """Whether `fast` gives the decoder's own hidden states on a decode step of a random probe prompt."""
+    device = next(decoder.parameters()).device
+    dtype = next(decoder.parameters()).dtype
+    vocab = decoder.embed_tokens.num_embeddings
+    ids = torch.randint(0, vocab, (length,), generator=torch.Generator().manual_seed(0)).to(device)
+    states = []
+    for way in (None, fast):
+        cache = SlotCache(1, length - 1, length)
+        with packed(Prefill(PackedLayout(((0, length - 1),)), cache, (0,))):
+            decoder(input_ids=ids[None, :-1], position_ids=torch.arange(length - 1, device=device)[None],
+                    use_cache=False)
+        cache.start_sample(0, 0, length - 1)
+        at = torch.tensor([length - 1], device=device)
+        step = DecodeStep(cache, write_index(at, 1), length_mask(at + 1, length, dtype))
+        states.append(decode(decoder, way, ids[None, -1:], at[:, None], step).float())
+    tolerance = 1e-4 if dtype == torch.float32 else 3e-2
+    return bool(torch.allclose(states[1], states[0], rtol=tolerance, atol=tolerance * float(states[0].abs().max())))
 
 
 def _layers(decoder: Any) -> Optional[list[_Layer]]:

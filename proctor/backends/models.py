@@ -106,7 +106,13 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
 
 def _quiet_transformers() -> None:
-    """Silence transformers' load bars and notices, which would interleave with proctor's own progress."""
+    """Import transformers (`import_transformers`), and silence its load bars and notices.
+
+    They would interleave with proctor's own progress.
+    """
+    from proctor.backends.lean_transformers import import_transformers
+
+    import_transformers()
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

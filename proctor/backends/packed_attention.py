@@ -27,9 +27,14 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Protocol
 
 import torch
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from proctor.backends.lean_transformers import import_transformers
+
+import_transformers()  # before transformers' own imports below: see lean_transformers
+
+from transformers import AttentionInterface  # noqa: E402
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward  # noqa: E402
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 
 NAME = "proctor_packed"
 

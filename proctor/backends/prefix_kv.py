@@ -6,7 +6,12 @@ import inspect
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicCache
+
+from proctor.backends.lean_transformers import import_transformers
+
+import_transformers()  # before transformers' own imports below: see lean_transformers
+
+from transformers.cache_utils import DynamicCache  # noqa: E402
 
 
 def cache_keyword(decoder: Any) -> str:

@@ -14,11 +14,11 @@ def load_tokenizer(source: ModelSource) -> Any:
 
     A GGUF's tokenizer is its converted copy's.
     """
-    from transformers import AutoTokenizer
-
     from proctor.backends.models import _quiet_transformers, converted_gguf_dir
 
     _quiet_transformers()
+    from transformers import AutoTokenizer
+
     if source.kind == "gguf":
         directory = converted_gguf_dir(Path(source.location), source.digest)
     else:
