@@ -216,3 +216,34 @@ def test_a_saved_dataset_in_the_data_directory_wins_over_its_files(tmp_path):
     rows = [{"question": "q", "answer": "1"}]
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "gsm8k" / "main" / "test"))
     assert load_split("openai/gsm8k", "main", "test", tmp_path) == rows
+
+
+def test_a_saved_split_reads_as_its_rows_would_iterate(tmp_path):
+    import datasets
+
+    from proctor.data.saved import load_saved_split
+
+    features = datasets.Features({
+        "id": datasets.Value("int32"), "text": datasets.Value("string"),
+        "endings": datasets.Sequence(datasets.Value("string")),
+        "answers": datasets.Sequence({"text": datasets.Value("string"), "start": datasets.Value("int64")}),
+        "label": datasets.ClassLabel(names=["no", "yes"]), "score": datasets.Value("float32"),
+    })
+    rows = {"id": [1, 2], "text": ["a", None], "endings": [["x", "y"], []],
+            "answers": [{"text": ["t"], "start": [3]}, {"text": [], "start": []}],
+            "label": [1, 0], "score": [0.5, float("nan")]}
+    saved = datasets.Dataset.from_dict(rows, features=features)
+    saved.save_to_disk(str(tmp_path / "plain"))
+    got = load_saved_split(tmp_path / "plain")
+    want = [dict(row) for row in saved]
+    assert got[0] == want[0] and got[1]["answers"] == want[1]["answers"] == {"text": [], "start": []}
+    assert got[1]["score"] != got[1]["score"] and {k: v for k, v in got[1].items() if k != "score"} == {
+        k: v for k, v in want[1].items() if k != "score"}
+
+    # a feature that decodes per row (an image) is read row by row, decoded
+    PIL = pytest.importorskip("PIL.Image")
+    images = datasets.Dataset.from_dict({"image": [PIL.new("RGB", (2, 2))]},
+                                        features=datasets.Features({"image": datasets.Image()}))
+    images.save_to_disk(str(tmp_path / "images"))
+    (row,) = load_saved_split(tmp_path / "images")
+    assert isinstance(row["image"], PIL.Image) and row["image"].size == (2, 2)
