@@ -162,10 +162,15 @@ def test_prefix_groups():
     assert prefix_groups([(1, 2, 3)]) == [(0, [0])]
 
 
-def test_drafted_greedy_decoding_gives_the_same_tokens_in_fewer_steps(backend, monkeypatch):
-    """Prompt-lookup drafts (a random model's greedy text soon repeats itself): kept only where the
-    model predicts them, so the texts are those of one token per step."""
-    rows = [GenRow(encode(backend, SHOTS + q), 60, (), False, 1.0, 1.0, (0,)) for q in QUESTIONS[:3]]
+@pytest.mark.parametrize("sampled", [False, True])
+def test_drafted_decoding_gives_the_same_tokens_in_fewer_steps(backend, monkeypatch, sampled):
+    """Prompt-lookup drafts (a random model's text soon repeats itself): kept only where the token
+    chosen before is the guess, a sample drawing once per token kept, so the texts (and a sampled
+    row's draws) are those of one token per step."""
+    if sampled:  # a low temperature: the text repeats, and the draws still decide it
+        rows = [GenRow(encode(backend, SHOTS + q), 60, (), True, 0.05, 0.9, (0, 1)) for q in QUESTIONS[:3]]
+    else:
+        rows = [GenRow(encode(backend, SHOTS + q), 60, (), False, 1.0, 1.0, (0,)) for q in QUESTIONS[:3]]
     steps = []
     original = ContinuousBatch._step
 
@@ -183,3 +188,39 @@ def test_drafted_greedy_decoding_gives_the_same_tokens_in_fewer_steps(backend, m
         assert max(drafted_steps) > 1 and len(drafted_steps) < len(steps)
     else:
         assert drafted_steps == steps
+
+
+class Oracle(ContinuousBatch):
+    """Records each sample's tokens; drafts the tokens a known run gave next (`shift`: each one off)."""
+
+    def __init__(self, *args, known=None, shift=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.known, self.shift, self.tokens, self.steps = known, shift, {}, 0
+
+    def _finish(self, sample, reason):
+        self.tokens[(sample.row, sample.index)] = list(sample.tokens)
+        super()._finish(sample, reason)
+
+    def _drafts(self, samples):
+        self.steps += 1
+        if self.known is None:
+            return [[] for _ in samples]
+        vocab = self.decoder.embed_tokens.num_embeddings
+        ahead = [self.known[(s.row, s.index)][len(s.tokens):len(s.tokens) + 3] for s in samples]
+        return [[(t + self.shift) % vocab for t in tokens] for tokens in ahead]
+
+
+def test_a_sampled_row_draws_as_it_would_token_by_token_whatever_is_drafted(backend):
+    """At temperature 1 every draw decides the text: drafting the very tokens a plain run drew keeps
+    them all, in fewer steps; drafting wrong ones keeps none and draws nothing more."""
+    if backend.model.config.model_type != "llama":
+        pytest.skip("drafts are checked on the direct Llama step")
+    # no nucleus cut: a random model puts many tokens within float noise of it
+    rows = [GenRow(encode(backend, SHOTS + q), 30, (), True, 1.0, 1.0, (0, 1)) for q in QUESTIONS[:2]]
+    plain = continuous(backend, rows, 4, cls=Oracle)
+    texts = plain.run()
+    right = continuous(backend, rows, 4, cls=functools.partial(Oracle, known=plain.tokens))
+    wrong = continuous(backend, rows, 4, cls=functools.partial(Oracle, known=plain.tokens, shift=1))
+    assert right.run() == texts and right.tokens == plain.tokens
+    assert wrong.run() == texts and wrong.tokens == plain.tokens
+    assert right.steps < plain.steps / 2 and wrong.steps == plain.steps

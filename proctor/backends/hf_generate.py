@@ -14,10 +14,11 @@ Nothing is prefilled or stored twice (see `decode_attention.py`):
   starts (a sample's slot holds the suffix and its own tokens), until the last one starts.
 
 A step on a Llama decoder (`llama_decode.py`) runs its model directly, and while the
-slots are few it also checks greedy samples' drafts (`lookup_drafts.py`): each runs its
-last token and up to MAX_DRAFT guessed tokens, and keeps a guess only where the model's
-argmax before it is that guess, so its text is the one-token-per-step text, in fewer
-steps (a small model's greedy answer often repeats itself to the length limit).
+slots are few it also checks drafts (`lookup_drafts.py`): each sample runs its last token
+and up to MAX_DRAFT guessed tokens, and keeps a guess only where the token chosen before
+it (the argmax, or the sample's own draw) is that guess, so its text is the
+one-token-per-step text, in fewer steps (a small model's answer often repeats itself to
+the length limit).
 
 Not `model.generate`: that draws every row from one random stream, so a sample would
 depend on its batch-mates. Here each sample has its own generator (`decoding.py`) and
@@ -48,7 +49,7 @@ OnDone = Callable[[int, tuple[Generation, ...]], None]
 
 MIN_SHARED_PREFIX = 32   # tokens; rows sharing less are prefilled whole
 PREFILL_TOKENS = 2048    # suffix tokens per packed prefill forward pass
-MAX_DRAFT = 7            # drafted tokens per greedy sample and step (prompt lookup)
+MAX_DRAFT = 7            # drafted tokens per sample and step (prompt lookup)
 # Rows (slots x tokens) a drafting step may run. A CPU runs ~6 float32 FLOPs per byte of
 # weights it reads, so a matmul of up to ~12 rows costs about what reading its weights
 # does, and more rows cost compute: drafts are checked only while that is nearly free.
@@ -98,7 +99,7 @@ class _Sample:
     slot: int
     generator: Optional[torch.Generator]
     tokens: list[int] = field(default_factory=list)
-    lookup: Optional[NgramIndex] = None   # a greedy sample's prompt and tokens, for drafts
+    lookup: Optional[NgramIndex] = None   # its prompt and tokens, for drafts (on the direct Llama step)
     draft_size: int = MAX_DRAFT           # its next draft's length: grows while drafts are kept, shrinks when not
 
 
@@ -169,7 +170,7 @@ class ContinuousBatch:
                 assert prompt.slot is not None
                 self.cache.start_sample(b, prompt.slot, len(prompt.suffix))
                 generator = row_generator(row.seeds[j], self.device) if row.do_sample else None
-                lookup = NgramIndex(row.tokens) if not row.do_sample and self.fast is not None else None
+                lookup = NgramIndex(row.tokens) if self.fast is not None else None
                 samples.append(_Sample(r, j, b, generator, lookup=lookup))
                 self.slots[b] = samples[-1]
             logits = torch.stack([self._prompt(s.row).logits for s in samples])  # type: ignore[misc]
@@ -220,7 +221,7 @@ class ContinuousBatch:
         return self.prompt_slots_made - 1
 
     def _drafts(self, samples: list[_Sample]) -> list[list[int]]:
-        """Each live sample's drafted tokens: greedy samples' prompt lookups, while the step stays thin."""
+        """Each live sample's drafted tokens (its prompt lookup), while the step stays thin."""
         most = min(MAX_DRAFT, DRAFT_ROWS // len(self.slots) - 1)
         if most < 1:
             return [[] for _ in samples]
@@ -257,17 +258,24 @@ class ContinuousBatch:
 
         logits [samples, T, vocab]: at the sample's last token, then at each drafted token.
         The first token is chosen as always (argmax, or a draw); a drafted token is kept
-        where it is the model's argmax at the position before, and then so is the argmax
-        after it: the tokens token-by-token greedy decoding gives.
+        where it is the token chosen at the position before, and then the token after it is
+        chosen in turn from the logits at the drafted token: the argmax, or the sample's next
+        draw from its own generator. Each kept token is thus chosen from what one token per
+        step computes, and a sample draws exactly as often as it would token by token (once
+        per token it keeps), so its text is the one-token-per-step text.
         """
         first = self._choose(samples, logits[:, 0])
         predicted = greedy_tokens(logits[:, 1:]).tolist() if logits.shape[1] > 1 else [[] for _ in samples]
-        for sample, token, draft, after in zip(samples, first, drafts, predicted):
-            new = [token]
-            for drafted, model_token in zip(draft, after):
+        for i, (sample, token, draft, after) in enumerate(zip(samples, first, drafts, predicted)):
+            new, row = [token], self.rows[sample.row]
+            for k, drafted in enumerate(draft):
                 if drafted != new[-1]:
                     break
-                new.append(model_token)
+                if row.do_sample:
+                    assert sample.generator is not None
+                    new.extend(sample_tokens(logits[i, k + 1][None], row.temperature, row.top_p, [sample.generator]))
+                else:
+                    new.append(after[k])
             if draft:
                 whole = len(new) > len(draft)
                 sample.draft_size = min(MAX_DRAFT, sample.draft_size + 2) if whole else max(1, sample.draft_size - 1)

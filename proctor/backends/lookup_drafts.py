@@ -1,12 +1,12 @@
-"""Draft tokens for greedy decoding by prompt lookup: what followed the sequence's last n tokens before.
+"""Draft tokens by prompt lookup: what followed the sequence's last n tokens before.
 
-A greedy sample often repeats what it has already seen: the numbers and phrases of its
+A sample often repeats what it has already seen: the numbers and phrases of its
 question, the few-shot answers' wording, its own earlier sentences, and for a small
 model a loop that runs to the length limit. What followed the last earlier occurrence of
 its final `n` tokens is a cheap guess at what comes next. A decode step then runs the
 sample's last token and its draft together and keeps each drafted token only where the
-model's own prediction at the position before is that token (`hf_generate`), so the text
-is the one token-by-token greedy decoding gives, in fewer steps.
+token chosen at the position before (the argmax, or the sample's draw) is that token
+(`hf_generate`), so the text is the one token-by-token decoding gives, in fewer steps.
 """
 
 from __future__ import annotations
