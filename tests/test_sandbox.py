@@ -128,6 +128,16 @@ def test_infinite_loops_time_out():
     assert time.monotonic() - start < 8
 
 
+def test_a_candidate_killed_by_its_cpu_limit_is_a_timeout_however_fast_the_tester_sees_it_go():
+    # the tester sees the candidate's channel close as it dies, and its verdict can reach the
+    # runner before the candidate is reaped: the runner waits for the candidate's end (a loop
+    # under a 1 s wall limit on a busy machine was once judged "failed ... (still running)").
+    # Here the channel closes 50 ms before the end.
+    src = "import os, signal, time\nos.close(3)\ntime.sleep(0.05)\nos.kill(os.getpid(), signal.SIGXCPU)\n"
+    r = run(src)
+    assert (r.outcome, r.detail) == (Outcome.TIMEOUT, "CPU time limit"), r
+
+
 @procs_bounded
 def test_fork_bomb_is_contained():
     start = time.monotonic()

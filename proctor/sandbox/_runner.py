@@ -153,6 +153,16 @@ def _exit_status(pid: int) -> int | None:
     return os.waitstatus_to_exitcode(status) if done else None
 
 
+def _exit_status_within(pid: int, seconds: float = 0.2) -> int | None:
+    """`_exit_status`, waiting up to `seconds` for a process that is about to end."""
+    for _ in range(round(seconds / 0.002)):
+        code = _exit_status(pid)
+        if code is not None:
+            return code
+        time.sleep(0.002)
+    return _exit_status(pid)
+
+
 def _kill_uid(uid: int) -> None:
     """Kill every process of `uid` from a forked helper: with that uid it can signal exactly that uid's processes."""
     pid = os.fork()
@@ -231,14 +241,13 @@ def _run_check(job: dict, workdir: str, deadline: float, pids: list[int]) -> dic
         verdict = json.loads(raw) if raw and not timed_out else None
     except ValueError:
         verdict = None
+    # a candidate the tester saw die may not be reaped yet: its end (a CPU-limit signal,
+    # say) decides the outcome, so wait for it as for the tester, which exits right after
+    # its verdict
+    died = isinstance(verdict, dict) and bool(verdict.get("candidate_died"))
     record = {"mode": "check", "verdict": verdict, "timed_out": timed_out,
-              "candidate_exit": _exit_status(candidate), "tester_exit": None}
-    if not timed_out:
-        for _ in range(100):   # the tester exits right after its verdict
-            record["tester_exit"] = _exit_status(tester)
-            if record["tester_exit"] is not None:
-                break
-            time.sleep(0.002)
+              "candidate_exit": _exit_status_within(candidate) if died else _exit_status(candidate),
+              "tester_exit": None if timed_out else _exit_status_within(tester)}
     return record
 
 
