@@ -19,18 +19,16 @@ the usual loop:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
+from transformers import DynamicCache
 
 from proctor.backends.decoding import StopWatch, greedy_tokens, row_generator, sample_token
 from proctor.backends.padding import left_padded
 from proctor.backends.prefix_kv import cache_keyword
 from proctor.engine.gen_plan import GenRow
 from proctor.requests import Generation, all_finished, finished_samples
-
-if TYPE_CHECKING:
-    from transformers import DynamicCache
 
 OnDone = Callable[[int, tuple[Generation, ...]], None]
 
@@ -123,8 +121,6 @@ def _prefill(model: Any, rows: Sequence[GenRow], device: torch.device,
              keyword: str) -> tuple[DynamicCache, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cache, last-position logits, attention mask and next position of each row's prompt."""
     ids, mask, position_ids = left_padded([r.tokens for r in rows], device)
-    from transformers import DynamicCache  # not at the top: after prefix_kv's import_transformers
-
     cache = DynamicCache(config=model.config)
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                 use_cache=True, logits_to_keep=1, **{keyword: cache})

@@ -6,12 +6,7 @@ import inspect
 from typing import Any
 
 import torch
-
-from proctor.backends.lean_transformers import import_transformers
-
-import_transformers()  # before transformers' own imports below: see lean_transformers
-
-from transformers.cache_utils import DynamicCache  # noqa: E402
+from transformers.cache_utils import DynamicCache
 
 
 def cache_keyword(decoder: Any) -> str:
